@@ -95,9 +95,13 @@ def emit_fields(fields: list[dict], structs: dict[str, list[dict]], indent: str)
         if "tag" in f:
             kw.append(f"tag={int(f['tag'])}")
         if "flexibleVersions" in f:
-            kw.append(f"flexible={parse_versions(f['flexibleVersions'])!r}")
+            # (-1, -1) says "never flexible" (the header's ClientId), distinct from "not overridden"
+            kw.append(f"flexible={parse_versions(f['flexibleVersions']) or (-1, -1)!r}")
         dl = default_literal(f)
-        if dl not in ("0", "[]", "''", "b''", "None", "False", "0.0") or (dl == "None" and elem in PRIMITIVES):
+        zero = {"int8": "0", "int16": "0", "uint16": "0", "int32": "0", "int64": "0", "float64": "0.0",
+                "bool": "False", "string": "''", "bytes": "b''", "records": "b''", "uuid": "ZERO_UUID"}
+        type_zero = "[]" if is_array else zero.get(elem, "None")
+        if dl != type_zero:
             kw.append(f"default={dl}")
         if sub is not None:
             inner = emit_fields(sub, structs, indent + "    ")

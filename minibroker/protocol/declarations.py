@@ -17,7 +17,7 @@ class F(NamedTuple):
     nullable: tuple[int, int] | None = None
     tag: int | None = None
     flexible: tuple[int, int] | None = None  # overrides the message's flexible versions (header ClientId)
-    default: Any = None
+    default: Any = ...  # Ellipsis: the type's zero value ("" , 0, [], None for structs)
     fields: tuple[F, ...] | None = None
 
 

@@ -62,7 +62,7 @@ MESSAGES['AddRaftVoterRequest'] = Message('AddRaftVoterRequest', 'request', 80, 
     F('cluster_id', 'string', (0, 32767), nullable=(0, 32767)),
     F('timeout_ms', 'int32', (0, 32767)),
     F('voter_id', 'int32', (0, 32767)),
-    F('voter_directory_id', 'uuid', (0, 32767), default=ZERO_UUID),
+    F('voter_directory_id', 'uuid', (0, 32767)),
     F('listeners', '[]struct', (0, 32767), fields=(
         F('name', 'string', (0, 32767)),
         F('host', 'string', (0, 32767)),
@@ -167,7 +167,7 @@ MESSAGES['AlterPartitionRequest'] = Message('AlterPartitionRequest', 'request', 
     F('broker_epoch', 'int64', (0, 32767), default=-1),
     F('topics', '[]struct', (0, 32767), fields=(
         F('topic_name', 'string', (0, 1)),
-        F('topic_id', 'uuid', (2, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (2, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition_index', 'int32', (0, 32767)),
             F('leader_epoch', 'int32', (0, 32767)),
@@ -187,7 +187,7 @@ MESSAGES['AlterPartitionResponse'] = Message('AlterPartitionResponse', 'response
     F('error_code', 'int16', (0, 32767)),
     F('topics', '[]struct', (0, 32767), fields=(
         F('topic_name', 'string', (0, 1)),
-        F('topic_id', 'uuid', (2, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (2, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition_index', 'int32', (0, 32767)),
             F('error_code', 'int16', (0, 32767)),
@@ -275,9 +275,9 @@ MESSAGES['AssignReplicasToDirsRequest'] = Message('AssignReplicasToDirsRequest',
     F('broker_id', 'int32', (0, 32767)),
     F('broker_epoch', 'int64', (0, 32767), default=-1),
     F('directories', '[]struct', (0, 32767), fields=(
-        F('id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('id', 'uuid', (0, 32767)),
         F('topics', '[]struct', (0, 32767), fields=(
-            F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+            F('topic_id', 'uuid', (0, 32767)),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
             )),
@@ -289,9 +289,9 @@ MESSAGES['AssignReplicasToDirsResponse'] = Message('AssignReplicasToDirsResponse
     F('throttle_time_ms', 'int32', (0, 32767)),
     F('error_code', 'int16', (0, 32767)),
     F('directories', '[]struct', (0, 32767), fields=(
-        F('id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('id', 'uuid', (0, 32767)),
         F('topics', '[]struct', (0, 32767), fields=(
-            F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+            F('topic_id', 'uuid', (0, 32767)),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
                 F('error_code', 'int16', (0, 32767)),
@@ -307,7 +307,7 @@ MESSAGES['BeginQuorumEpochRequest'] = Message('BeginQuorumEpochRequest', 'reques
         F('topic_name', 'string', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition_index', 'int32', (0, 32767)),
-            F('voter_directory_id', 'uuid', (1, 32767), default=ZERO_UUID),
+            F('voter_directory_id', 'uuid', (1, 32767)),
             F('leader_id', 'int32', (0, 32767)),
             F('leader_epoch', 'int32', (0, 32767)),
         )),
@@ -357,7 +357,7 @@ MESSAGES['BrokerHeartbeatResponse'] = Message('BrokerHeartbeatResponse', 'respon
 MESSAGES['BrokerRegistrationRequest'] = Message('BrokerRegistrationRequest', 'request', 62, (0, 4), (0, 32767), (
     F('broker_id', 'int32', (0, 32767)),
     F('cluster_id', 'string', (0, 32767)),
-    F('incarnation_id', 'uuid', (0, 32767), default=ZERO_UUID),
+    F('incarnation_id', 'uuid', (0, 32767)),
     F('listeners', '[]struct', (0, 32767), fields=(
         F('name', 'string', (0, 32767)),
         F('host', 'string', (0, 32767)),
@@ -407,14 +407,14 @@ MESSAGES['ConsumerGroupDescribeResponse'] = Message('ConsumerGroupDescribeRespon
             F('subscribed_topic_regex', 'string', (0, 32767), nullable=(0, 32767), default=None),
             F('assignment', 'struct', (0, 32767), fields=(
                 F('topic_partitions', '[]struct', (0, 32767), fields=(
-                    F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+                    F('topic_id', 'uuid', (0, 32767)),
                     F('topic_name', 'string', (0, 32767)),
                     F('partitions', '[]int32', (0, 32767)),
                 )),
             )),
             F('target_assignment', 'struct', (0, 32767), fields=(
                 F('topic_partitions', '[]struct', (0, 32767), fields=(
-                    F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+                    F('topic_id', 'uuid', (0, 32767)),
                     F('topic_name', 'string', (0, 32767)),
                     F('partitions', '[]int32', (0, 32767)),
                 )),
@@ -434,8 +434,8 @@ MESSAGES['ConsumerGroupHeartbeatRequest'] = Message('ConsumerGroupHeartbeatReque
     F('subscribed_topic_names', '[]string', (0, 32767), nullable=(0, 32767), default=None),
     F('subscribed_topic_regex', 'string', (1, 32767), nullable=(1, 32767), default=None),
     F('server_assignor', 'string', (0, 32767), nullable=(0, 32767), default=None),
-    F('topic_partitions', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+    F('topic_partitions', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]int32', (0, 32767)),
     )),
 ))
@@ -449,7 +449,7 @@ MESSAGES['ConsumerGroupHeartbeatResponse'] = Message('ConsumerGroupHeartbeatResp
     F('heartbeat_interval_ms', 'int32', (0, 32767)),
     F('assignment', 'struct', (0, 32767), nullable=(0, 32767), fields=(
         F('topic_partitions', '[]struct', (0, 32767), fields=(
-            F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+            F('topic_id', 'uuid', (0, 32767)),
             F('partitions', '[]int32', (0, 32767)),
         )),
     )),
@@ -489,7 +489,7 @@ MESSAGES['ControlledShutdownResponse'] = Message('ControlledShutdownResponse', '
 
 MESSAGES['ControllerRegistrationRequest'] = Message('ControllerRegistrationRequest', 'request', 70, (0, 0), (0, 32767), (
     F('controller_id', 'int32', (0, 32767)),
-    F('incarnation_id', 'uuid', (0, 32767), default=ZERO_UUID),
+    F('incarnation_id', 'uuid', (0, 32767)),
     F('zk_migration_ready', 'bool', (0, 32767)),
     F('listeners', '[]struct', (0, 32767), fields=(
         F('name', 'string', (0, 32767)),
@@ -597,7 +597,7 @@ MESSAGES['CreateTopicsResponse'] = Message('CreateTopicsResponse', 'response', 1
     F('throttle_time_ms', 'int32', (2, 32767)),
     F('topics', '[]struct', (0, 32767), fields=(
         F('name', 'string', (0, 32767)),
-        F('topic_id', 'uuid', (7, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (7, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (1, 32767), nullable=(0, 32767)),
         F('topic_config_error_code', 'int16', (5, 32767), tag=0),
@@ -688,7 +688,7 @@ MESSAGES['DeleteRecordsResponse'] = Message('DeleteRecordsResponse', 'response',
 MESSAGES['DeleteShareGroupStateRequest'] = Message('DeleteShareGroupStateRequest', 'request', 86, (0, 0), (0, 32767), (
     F('group_id', 'string', (0, 32767)),
     F('topics', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
         )),
@@ -697,7 +697,7 @@ MESSAGES['DeleteShareGroupStateRequest'] = Message('DeleteShareGroupStateRequest
 
 MESSAGES['DeleteShareGroupStateResponse'] = Message('DeleteShareGroupStateResponse', 'response', 86, (0, 0), (0, 32767), (
     F('results', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('error_code', 'int16', (0, 32767)),
@@ -709,7 +709,7 @@ MESSAGES['DeleteShareGroupStateResponse'] = Message('DeleteShareGroupStateRespon
 MESSAGES['DeleteTopicsRequest'] = Message('DeleteTopicsRequest', 'request', 20, (0, 6), (4, 32767), (
     F('topics', '[]struct', (6, 32767), fields=(
         F('name', 'string', (6, 32767), nullable=(6, 32767), default=None),
-        F('topic_id', 'uuid', (6, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (6, 32767)),
     )),
     F('topic_names', '[]string', (0, 5)),
     F('timeout_ms', 'int32', (0, 32767)),
@@ -719,7 +719,7 @@ MESSAGES['DeleteTopicsResponse'] = Message('DeleteTopicsResponse', 'response', 2
     F('throttle_time_ms', 'int32', (1, 32767)),
     F('responses', '[]struct', (0, 32767), fields=(
         F('name', 'string', (0, 32767), nullable=(6, 32767)),
-        F('topic_id', 'uuid', (6, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (6, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (5, 32767), nullable=(5, 32767), default=None),
     )),
@@ -962,14 +962,14 @@ MESSAGES['DescribeQuorumResponse'] = Message('DescribeQuorumResponse', 'response
             F('high_watermark', 'int64', (0, 32767)),
             F('current_voters', '[]struct', (0, 32767), fields=(
                 F('replica_id', 'int32', (0, 32767)),
-                F('replica_directory_id', 'uuid', (2, 32767), default=ZERO_UUID),
+                F('replica_directory_id', 'uuid', (2, 32767)),
                 F('log_end_offset', 'int64', (0, 32767)),
                 F('last_fetch_timestamp', 'int64', (1, 32767), default=-1),
                 F('last_caught_up_timestamp', 'int64', (1, 32767), default=-1),
             )),
             F('observers', '[]struct', (0, 32767), fields=(
                 F('replica_id', 'int32', (0, 32767)),
-                F('replica_directory_id', 'uuid', (2, 32767), default=ZERO_UUID),
+                F('replica_directory_id', 'uuid', (2, 32767)),
                 F('log_end_offset', 'int64', (0, 32767)),
                 F('last_fetch_timestamp', 'int64', (1, 32767), default=-1),
                 F('last_caught_up_timestamp', 'int64', (1, 32767), default=-1),
@@ -1002,7 +1002,7 @@ MESSAGES['DescribeTopicPartitionsResponse'] = Message('DescribeTopicPartitionsRe
     F('topics', '[]struct', (0, 32767), fields=(
         F('error_code', 'int16', (0, 32767)),
         F('name', 'string', (0, 32767), nullable=(0, 32767)),
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('is_internal', 'bool', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('error_code', 'int16', (0, 32767)),
@@ -1098,7 +1098,7 @@ MESSAGES['EndQuorumEpochRequest'] = Message('EndQuorumEpochRequest', 'request', 
             F('preferred_successors', '[]int32', (0, 0)),
             F('preferred_candidates', '[]struct', (1, 32767), fields=(
                 F('candidate_id', 'int32', (1, 32767)),
-                F('candidate_directory_id', 'uuid', (1, 32767), default=ZERO_UUID),
+                F('candidate_directory_id', 'uuid', (1, 32767)),
             )),
         )),
     )),
@@ -1178,7 +1178,7 @@ MESSAGES['FetchRequest'] = Message('FetchRequest', 'request', 1, (0, 17), (12, 3
     F('session_epoch', 'int32', (7, 32767), default=-1),
     F('topics', '[]struct', (0, 32767), fields=(
         F('topic', 'string', (0, 12)),
-        F('topic_id', 'uuid', (13, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (13, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('current_leader_epoch', 'int32', (9, 32767), default=-1),
@@ -1186,12 +1186,12 @@ MESSAGES['FetchRequest'] = Message('FetchRequest', 'request', 1, (0, 17), (12, 3
             F('last_fetched_epoch', 'int32', (12, 32767), default=-1),
             F('log_start_offset', 'int64', (5, 32767), default=-1),
             F('partition_max_bytes', 'int32', (0, 32767)),
-            F('replica_directory_id', 'uuid', (17, 32767), tag=0, default=ZERO_UUID),
+            F('replica_directory_id', 'uuid', (17, 32767), tag=0),
         )),
     )),
     F('forgotten_topics_data', '[]struct', (7, 32767), fields=(
         F('topic', 'string', (7, 12)),
-        F('topic_id', 'uuid', (13, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (13, 32767)),
         F('partitions', '[]int32', (7, 32767)),
     )),
     F('rack_id', 'string', (11, 32767)),
@@ -1203,7 +1203,7 @@ MESSAGES['FetchResponse'] = Message('FetchResponse', 'response', 1, (0, 17), (12
     F('session_id', 'int32', (7, 32767)),
     F('responses', '[]struct', (0, 32767), fields=(
         F('topic', 'string', (0, 12)),
-        F('topic_id', 'uuid', (13, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (13, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition_index', 'int32', (0, 32767)),
             F('error_code', 'int16', (0, 32767)),
@@ -1252,7 +1252,7 @@ MESSAGES['FetchSnapshotRequest'] = Message('FetchSnapshotRequest', 'request', 59
                 F('epoch', 'int32', (0, 32767)),
             )),
             F('position', 'int64', (0, 32767)),
-            F('replica_directory_id', 'uuid', (1, 32767), tag=0, default=ZERO_UUID),
+            F('replica_directory_id', 'uuid', (1, 32767), tag=0),
         )),
     )),
 ))
@@ -1309,13 +1309,13 @@ MESSAGES['FindCoordinatorResponse'] = Message('FindCoordinatorResponse', 'respon
 ))
 
 MESSAGES['GetTelemetrySubscriptionsRequest'] = Message('GetTelemetrySubscriptionsRequest', 'request', 71, (0, 0), (0, 32767), (
-    F('client_instance_id', 'uuid', (0, 32767), default=ZERO_UUID),
+    F('client_instance_id', 'uuid', (0, 32767)),
 ))
 
 MESSAGES['GetTelemetrySubscriptionsResponse'] = Message('GetTelemetrySubscriptionsResponse', 'response', 71, (0, 0), (0, 32767), (
     F('throttle_time_ms', 'int32', (0, 32767)),
     F('error_code', 'int16', (0, 32767)),
-    F('client_instance_id', 'uuid', (0, 32767), default=ZERO_UUID),
+    F('client_instance_id', 'uuid', (0, 32767)),
     F('subscription_id', 'int32', (0, 32767)),
     F('accepted_compression_types', '[]int8', (0, 32767)),
     F('push_interval_ms', 'int32', (0, 32767)),
@@ -1376,7 +1376,7 @@ MESSAGES['InitProducerIdResponse'] = Message('InitProducerIdResponse', 'response
 MESSAGES['InitializeShareGroupStateRequest'] = Message('InitializeShareGroupStateRequest', 'request', 83, (0, 0), (0, 32767), (
     F('group_id', 'string', (0, 32767)),
     F('topics', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('state_epoch', 'int32', (0, 32767)),
@@ -1387,7 +1387,7 @@ MESSAGES['InitializeShareGroupStateRequest'] = Message('InitializeShareGroupStat
 
 MESSAGES['InitializeShareGroupStateResponse'] = Message('InitializeShareGroupStateResponse', 'response', 83, (0, 0), (0, 32767), (
     F('results', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('error_code', 'int16', (0, 32767)),
@@ -1453,7 +1453,7 @@ MESSAGES['LeaderAndIsrRequest'] = Message('LeaderAndIsrRequest', 'request', 4, (
     )),
     F('topic_states', '[]struct', (2, 32767), fields=(
         F('topic_name', 'string', (2, 32767)),
-        F('topic_id', 'uuid', (5, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (5, 32767)),
         F('partition_states', '[]struct', (2, 32767), fields=(
             F('topic_name', 'string', (0, 1)),
             F('partition_index', 'int32', (0, 32767)),
@@ -1484,7 +1484,7 @@ MESSAGES['LeaderAndIsrResponse'] = Message('LeaderAndIsrResponse', 'response', 4
         F('error_code', 'int16', (0, 32767)),
     )),
     F('topics', '[]struct', (5, 32767), fields=(
-        F('topic_id', 'uuid', (5, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (5, 32767)),
         F('partition_errors', '[]struct', (5, 32767), fields=(
             F('topic_name', 'string', (0, 4)),
             F('partition_index', 'int32', (0, 32767)),
@@ -1498,11 +1498,11 @@ MESSAGES['LeaderChangeMessage'] = Message('LeaderChangeMessage', 'data', -1, (0,
     F('leader_id', 'int32', (0, 32767)),
     F('voters', '[]struct', (0, 32767), fields=(
         F('voter_id', 'int32', (0, 32767)),
-        F('voter_directory_id', 'uuid', (1, 32767), default=ZERO_UUID),
+        F('voter_directory_id', 'uuid', (1, 32767)),
     )),
     F('granting_voters', '[]struct', (0, 32767), fields=(
         F('voter_id', 'int32', (0, 32767)),
-        F('voter_directory_id', 'uuid', (1, 32767), default=ZERO_UUID),
+        F('voter_directory_id', 'uuid', (1, 32767)),
     )),
 ))
 
@@ -1586,7 +1586,7 @@ MESSAGES['ListOffsetsResponse'] = Message('ListOffsetsResponse', 'response', 2, 
 
 MESSAGES['ListPartitionReassignmentsRequest'] = Message('ListPartitionReassignmentsRequest', 'request', 46, (0, 0), (0, 32767), (
     F('timeout_ms', 'int32', (0, 32767), default=60000),
-    F('topics', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
+    F('topics', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
         F('name', 'string', (0, 32767)),
         F('partition_indexes', '[]int32', (0, 32767)),
     )),
@@ -1626,7 +1626,7 @@ MESSAGES['ListTransactionsResponse'] = Message('ListTransactionsResponse', 'resp
 
 MESSAGES['MetadataRequest'] = Message('MetadataRequest', 'request', 3, (0, 12), (9, 32767), (
     F('topics', '[]struct', (0, 32767), nullable=(1, 32767), fields=(
-        F('topic_id', 'uuid', (10, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (10, 32767)),
         F('name', 'string', (0, 32767), nullable=(10, 32767)),
     )),
     F('allow_auto_topic_creation', 'bool', (4, 32767), default=True),
@@ -1647,7 +1647,7 @@ MESSAGES['MetadataResponse'] = Message('MetadataResponse', 'response', 3, (0, 12
     F('topics', '[]struct', (0, 32767), fields=(
         F('error_code', 'int16', (0, 32767)),
         F('name', 'string', (0, 32767), nullable=(12, 32767)),
-        F('topic_id', 'uuid', (10, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (10, 32767)),
         F('is_internal', 'bool', (1, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('error_code', 'int16', (0, 32767)),
@@ -1829,7 +1829,7 @@ MESSAGES['ProduceResponse'] = Message('ProduceResponse', 'response', 0, (0, 11),
 ))
 
 MESSAGES['PushTelemetryRequest'] = Message('PushTelemetryRequest', 'request', 72, (0, 0), (0, 32767), (
-    F('client_instance_id', 'uuid', (0, 32767), default=ZERO_UUID),
+    F('client_instance_id', 'uuid', (0, 32767)),
     F('subscription_id', 'int32', (0, 32767)),
     F('terminating', 'bool', (0, 32767)),
     F('compression_type', 'int8', (0, 32767)),
@@ -1844,7 +1844,7 @@ MESSAGES['PushTelemetryResponse'] = Message('PushTelemetryResponse', 'response',
 MESSAGES['ReadShareGroupStateRequest'] = Message('ReadShareGroupStateRequest', 'request', 84, (0, 0), (0, 32767), (
     F('group_id', 'string', (0, 32767)),
     F('topics', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('leader_epoch', 'int32', (0, 32767)),
@@ -1854,7 +1854,7 @@ MESSAGES['ReadShareGroupStateRequest'] = Message('ReadShareGroupStateRequest', '
 
 MESSAGES['ReadShareGroupStateResponse'] = Message('ReadShareGroupStateResponse', 'response', 84, (0, 0), (0, 32767), (
     F('results', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('error_code', 'int16', (0, 32767)),
@@ -1874,7 +1874,7 @@ MESSAGES['ReadShareGroupStateResponse'] = Message('ReadShareGroupStateResponse',
 MESSAGES['ReadShareGroupStateSummaryRequest'] = Message('ReadShareGroupStateSummaryRequest', 'request', 87, (0, 0), (0, 32767), (
     F('group_id', 'string', (0, 32767)),
     F('topics', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('leader_epoch', 'int32', (0, 32767)),
@@ -1884,7 +1884,7 @@ MESSAGES['ReadShareGroupStateSummaryRequest'] = Message('ReadShareGroupStateSumm
 
 MESSAGES['ReadShareGroupStateSummaryResponse'] = Message('ReadShareGroupStateSummaryResponse', 'response', 87, (0, 0), (0, 32767), (
     F('results', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('error_code', 'int16', (0, 32767)),
@@ -1898,7 +1898,7 @@ MESSAGES['ReadShareGroupStateSummaryResponse'] = Message('ReadShareGroupStateSum
 MESSAGES['RemoveRaftVoterRequest'] = Message('RemoveRaftVoterRequest', 'request', 81, (0, 0), (0, 32767), (
     F('cluster_id', 'string', (0, 32767), nullable=(0, 32767)),
     F('voter_id', 'int32', (0, 32767)),
-    F('voter_directory_id', 'uuid', (0, 32767), default=ZERO_UUID),
+    F('voter_directory_id', 'uuid', (0, 32767)),
 ))
 
 MESSAGES['RemoveRaftVoterResponse'] = Message('RemoveRaftVoterResponse', 'response', 81, (0, 0), (0, 32767), (
@@ -1922,7 +1922,7 @@ MESSAGES['RequestHeader'] = Message('RequestHeader', 'header', -1, (0, 2), (2, 3
     F('request_api_key', 'int16', (0, 32767)),
     F('request_api_version', 'int16', (0, 32767)),
     F('correlation_id', 'int32', (0, 32767)),
-    F('client_id', 'string', (1, 32767), nullable=(1, 32767), flexible=None),
+    F('client_id', 'string', (1, 32767), nullable=(1, 32767), flexible=(-1, -1)),
 ))
 
 MESSAGES['ResponseHeader'] = Message('ResponseHeader', 'header', -1, (0, 1), (1, 32767), (
@@ -1954,7 +1954,7 @@ MESSAGES['ShareAcknowledgeRequest'] = Message('ShareAcknowledgeRequest', 'reques
     F('member_id', 'string', (0, 32767), nullable=(0, 32767)),
     F('share_session_epoch', 'int32', (0, 32767)),
     F('topics', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition_index', 'int32', (0, 32767)),
             F('acknowledgement_batches', '[]struct', (0, 32767), fields=(
@@ -1971,7 +1971,7 @@ MESSAGES['ShareAcknowledgeResponse'] = Message('ShareAcknowledgeResponse', 'resp
     F('error_code', 'int16', (0, 32767)),
     F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
     F('responses', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition_index', 'int32', (0, 32767)),
             F('error_code', 'int16', (0, 32767)),
@@ -1998,7 +1998,7 @@ MESSAGES['ShareFetchRequest'] = Message('ShareFetchRequest', 'request', 78, (0, 
     F('min_bytes', 'int32', (0, 32767)),
     F('max_bytes', 'int32', (0, 32767), default=2147483647),
     F('topics', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition_index', 'int32', (0, 32767)),
             F('partition_max_bytes', 'int32', (0, 32767)),
@@ -2010,7 +2010,7 @@ MESSAGES['ShareFetchRequest'] = Message('ShareFetchRequest', 'request', 78, (0, 
         )),
     )),
     F('forgotten_topics_data', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]int32', (0, 32767)),
     )),
 ))
@@ -2020,7 +2020,7 @@ MESSAGES['ShareFetchResponse'] = Message('ShareFetchResponse', 'response', 78, (
     F('error_code', 'int16', (0, 32767)),
     F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
     F('responses', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition_index', 'int32', (0, 32767)),
             F('error_code', 'int16', (0, 32767)),
@@ -2071,7 +2071,7 @@ MESSAGES['ShareGroupDescribeResponse'] = Message('ShareGroupDescribeResponse', '
             F('subscribed_topic_names', '[]string', (0, 32767)),
             F('assignment', 'struct', (0, 32767), fields=(
                 F('topic_partitions', '[]struct', (0, 32767), fields=(
-                    F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+                    F('topic_id', 'uuid', (0, 32767)),
                     F('topic_name', 'string', (0, 32767)),
                     F('partitions', '[]int32', (0, 32767)),
                 )),
@@ -2098,7 +2098,7 @@ MESSAGES['ShareGroupHeartbeatResponse'] = Message('ShareGroupHeartbeatResponse',
     F('heartbeat_interval_ms', 'int32', (0, 32767)),
     F('assignment', 'struct', (0, 32767), nullable=(0, 32767), fields=(
         F('topic_partitions', '[]struct', (0, 32767), fields=(
-            F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+            F('topic_id', 'uuid', (0, 32767)),
             F('partitions', '[]int32', (0, 32767)),
         )),
     )),
@@ -2248,7 +2248,7 @@ MESSAGES['UpdateMetadataRequest'] = Message('UpdateMetadataRequest', 'request', 
     )),
     F('topic_states', '[]struct', (5, 32767), fields=(
         F('topic_name', 'string', (5, 32767)),
-        F('topic_id', 'uuid', (7, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (7, 32767)),
         F('partition_states', '[]struct', (5, 32767), fields=(
             F('topic_name', 'string', (0, 4)),
             F('partition_index', 'int32', (0, 32767)),
@@ -2283,7 +2283,7 @@ MESSAGES['UpdateRaftVoterRequest'] = Message('UpdateRaftVoterRequest', 'request'
     F('cluster_id', 'string', (0, 32767), nullable=(0, 32767)),
     F('current_leader_epoch', 'int32', (0, 32767)),
     F('voter_id', 'int32', (0, 32767)),
-    F('voter_directory_id', 'uuid', (0, 32767), default=ZERO_UUID),
+    F('voter_directory_id', 'uuid', (0, 32767)),
     F('listeners', '[]struct', (0, 32767), fields=(
         F('name', 'string', (0, 32767)),
         F('host', 'string', (0, 32767)),
@@ -2315,8 +2315,8 @@ MESSAGES['VoteRequest'] = Message('VoteRequest', 'request', 52, (0, 1), (0, 3276
             F('partition_index', 'int32', (0, 32767)),
             F('candidate_epoch', 'int32', (0, 32767)),
             F('candidate_id', 'int32', (0, 32767)),
-            F('candidate_directory_id', 'uuid', (1, 32767), default=ZERO_UUID),
-            F('voter_directory_id', 'uuid', (1, 32767), default=ZERO_UUID),
+            F('candidate_directory_id', 'uuid', (1, 32767)),
+            F('voter_directory_id', 'uuid', (1, 32767)),
             F('last_offset_epoch', 'int32', (0, 32767)),
             F('last_offset', 'int64', (0, 32767)),
         )),
@@ -2346,7 +2346,7 @@ MESSAGES['VotersRecord'] = Message('VotersRecord', 'data', -1, (0, 0), (0, 32767
     F('version', 'int16', (0, 32767)),
     F('voters', '[]struct', (0, 32767), fields=(
         F('voter_id', 'int32', (0, 32767)),
-        F('voter_directory_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('voter_directory_id', 'uuid', (0, 32767)),
         F('endpoints', '[]struct', (0, 32767), fields=(
             F('name', 'string', (0, 32767)),
             F('host', 'string', (0, 32767)),
@@ -2362,7 +2362,7 @@ MESSAGES['VotersRecord'] = Message('VotersRecord', 'data', -1, (0, 0), (0, 32767
 MESSAGES['WriteShareGroupStateRequest'] = Message('WriteShareGroupStateRequest', 'request', 85, (0, 0), (0, 32767), (
     F('group_id', 'string', (0, 32767)),
     F('topics', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('state_epoch', 'int32', (0, 32767)),
@@ -2380,7 +2380,7 @@ MESSAGES['WriteShareGroupStateRequest'] = Message('WriteShareGroupStateRequest',
 
 MESSAGES['WriteShareGroupStateResponse'] = Message('WriteShareGroupStateResponse', 'response', 85, (0, 0), (0, 32767), (
     F('results', '[]struct', (0, 32767), fields=(
-        F('topic_id', 'uuid', (0, 32767), default=ZERO_UUID),
+        F('topic_id', 'uuid', (0, 32767)),
         F('partitions', '[]struct', (0, 32767), fields=(
             F('partition', 'int32', (0, 32767)),
             F('error_code', 'int16', (0, 32767)),

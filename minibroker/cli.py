@@ -1,0 +1,174 @@
+"""The ``minibroker`` command: ``serve`` and the console tools.
+
+Every subcommand is a function of parsed arguments; ``main(argv=None)`` is testable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+
+
+class JsonLogFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
+               "message": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(name)s] %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+def choose_event_loop(name: str) -> None:
+    """``auto``: uvloop when importable; ``asyncio``: the default loop; ``uvloop``: required."""
+    if name == "asyncio":
+        return
+    try:
+        import uvloop
+    except ImportError:
+        if name == "uvloop":
+            raise SystemExit("minibroker: --loop uvloop but uvloop is not installed") from None
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def run_broker(config) -> None:
+    from minibroker.server.broker import Broker
+
+    broker = Broker(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    await broker.start()
+    try:
+        await stop.wait()
+    finally:
+        logging.getLogger("minibroker.broker").info("shutting down")
+        await broker.stop()
+
+
+def cmd_serve(args) -> int:
+    from minibroker.config import ConfigError, load_config
+
+    setup_logging(args.log_level, args.log_format)
+    try:
+        config = load_config(args.config_file, args.override or [], os.environ)
+    except (ConfigError, OSError) as e:
+        print(f"minibroker: configuration error: {e}", file=sys.stderr)
+        return 2
+    log = logging.getLogger("minibroker.config")
+    for line in config.banner_lines():
+        log.info("%s", line)
+    choose_event_loop(args.loop)
+    try:
+        asyncio.run(run_broker(config))
+    except OSError as e:
+        print(f"minibroker: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_apis(args) -> int:
+    from minibroker.handlers import load_handlers
+    from minibroker.handlers.registry import HANDLERS
+
+    load_handlers()
+    rows = sorted(HANDLERS.values(), key=lambda h: h.api_key)
+    if args.markdown:
+        print("| API | key | versions |")
+        print("|---|---|---|")
+        for h in rows:
+            print(f"| {h.name} | {h.api_key} | {h.min_version}-{h.max_version} |")
+    else:
+        for h in rows:
+            print(f"{h.name:<28} {h.api_key:>3}  v{h.min_version}-v{h.max_version}")
+    return 0
+
+
+def cmd_dump_log(args) -> int:
+    from minibroker.tools.dump_log import main as dump_main
+
+    return dump_main(args.rest)
+
+
+def cmd_healthcheck(args) -> int:
+    """Exit 0 when a broker answers ApiVersions at ``--bootstrap-server`` within the timeout."""
+    from minibroker.tools.wire import api_versions_probe
+
+    host, _, port = args.bootstrap_server.rpartition(":")
+    deadline = time.monotonic() + args.timeout
+    try:
+        ok = api_versions_probe(host or "127.0.0.1", int(port), timeout=args.timeout)
+    except OSError as e:
+        print(f"unhealthy: {e}", file=sys.stderr)
+        return 1
+    if not ok:
+        print("unhealthy: unexpected ApiVersions answer", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"healthy ({(args.timeout - (deadline - time.monotonic())) * 1000:.1f} ms)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="minibroker", description="A single-node Kafka-compatible broker.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the broker")
+    serve.add_argument("config_file", nargs="?", help="a server.properties file (optional)")
+    serve.add_argument("--override", action="append", metavar="KEY=VALUE",
+                       help="set a config property (repeatable; wins over file and environment)")
+    serve.add_argument("--log-level", default=os.environ.get("MINIBROKER_LOG_LEVEL", "INFO"),
+                       help="DEBUG, INFO, WARNING, ERROR (env MINIBROKER_LOG_LEVEL)")
+    serve.add_argument("--log-format", choices=("text", "json"),
+                       default=os.environ.get("MINIBROKER_LOG_FORMAT", "text"),
+                       help="log line format (env MINIBROKER_LOG_FORMAT)")
+    serve.add_argument("--loop", choices=("auto", "asyncio", "uvloop"),
+                       default=os.environ.get("MINIBROKER_LOOP", "auto"),
+                       help="event loop: uvloop when importable (auto), or force one (env MINIBROKER_LOOP)")
+    serve.set_defaults(func=cmd_serve)
+
+    apis = sub.add_parser("apis", help="list the served API keys and versions")
+    apis.add_argument("--markdown", action="store_true", help="as a markdown table")
+    apis.set_defaults(func=cmd_apis)
+
+    dump = sub.add_parser("dump-log", help="print .log/.index/.timeindex files like kafka-dump-log.sh",
+                          add_help=False)
+    dump.add_argument("rest", nargs=argparse.REMAINDER)
+    dump.set_defaults(func=cmd_dump_log)
+
+    health = sub.add_parser("healthcheck", help="exit 0 if a broker answers ApiVersions")
+    health.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    health.add_argument("--timeout", type=float, default=2.0)
+    health.add_argument("--quiet", action="store_true")
+    health.set_defaults(func=cmd_healthcheck)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Metadata: v0-v12.
+
+Behaviour: one broker (this node, at the advertised address of its first listener) that is the
+controller and the leader, sole replica and ISR of every partition at leader epoch 0. Null
+topics (v1+) means all topics, an empty list none; v0's empty list means all. Unknown topics
+are created when ``auto.create.topics.enable`` and the request allow it (always asked on v0-v3),
+with ``num.partitions``; otherwise error 3. Illegal names get error 17. Topic ids (v10+) come
+from ``partition.metadata``; a request naming an unknown id gets UNKNOWN_TOPIC_ID.
+Gaps: no racks, no authorized operations (-2147483648 as Kafka sends when not asked).
+"""
+
+from __future__ import annotations
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+from minibroker.protocol.declarations import ZERO_UUID
+from minibroker.topic_admin import create_topic
+from minibroker.topic_names import is_internal, validate_topic_name
+
+
+def topic_metadata(broker, name: str, info) -> Struct:
+    node = broker.node_id
+    return Struct(
+        error_code=0, name=name, topic_id=info.topic_id, is_internal=is_internal(name),
+        partitions=[Struct(error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
+                           replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+                    for p in range(info.partitions)],
+        topic_authorized_operations=-2147483648,
+    )
+
+
+def _error_topic(name, code, topic_id=ZERO_UUID) -> Struct:
+    return Struct(error_code=int(code), name=name, topic_id=topic_id, is_internal=False, partitions=[])
+
+
+@handles(3, (0, 12))
+def handle_metadata(broker, header, request):
+    version = header.api_version
+    topics = broker.logs.topics
+    if request.topics is None or (version == 0 and not request.topics):
+        wanted = [(name, None) for name in sorted(topics)]
+    else:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    auto_create = broker.config["auto.create.topics.enable"] and (version < 4 or request.allow_auto_topic_creation)
+    out = []
+    for name, topic_id in wanted:
+        if name is None:
+            name = broker.logs.topic_name_for_id(topic_id) if topic_id and topic_id != ZERO_UUID else None
+            if name is None:
+                out.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id or ZERO_UUID))
+                continue
+        info = topics.get(name)
+        if info is None:
+            try:
+                validate_topic_name(name)
+            except KafkaError as e:
+                out.append(_error_topic(name, e.code))
+                continue
+            if not auto_create:
+                out.append(_error_topic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            try:
+                info = create_topic(broker, name, -1, -1, {})
+            except KafkaError as e:
+                out.append(_error_topic(name, e.code))
+                continue
+        out.append(topic_metadata(broker, name, info))
+    endpoint = broker.endpoint_for()
+    return Struct(
+        throttle_time_ms=0,
+        brokers=[Struct(node_id=broker.node_id, host=endpoint.host, port=endpoint.port, rack=None)],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=out,
+        cluster_authorized_operations=-2147483648,
+    )

@@ -1,0 +1,52 @@
+"""The handler registry: registering a handler is what makes ApiVersions advertise it.
+
+A handler is ``fn(broker, header, request) -> response | None | Awaitable[response | None]``
+registered with ``@handles(api_key, (min_version, max_version))``. ``None`` means no
+response (acks=0 produce). A second registration for an API key fails at import.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from minibroker.protocol.codec import API_NAMES, REQUESTS
+from minibroker.protocol.declarations import in_range
+
+
+@dataclass(frozen=True)
+class Handler:
+    api_key: int
+    min_version: int
+    max_version: int
+    fn: Callable[..., Any]
+    is_async: bool
+
+    @property
+    def name(self) -> str:
+        return API_NAMES[self.api_key]
+
+
+HANDLERS: dict[int, Handler] = {}
+
+
+def handles(api_key: int, versions: tuple[int, int]):
+    """Register ``fn`` as the handler of ``api_key`` for the inclusive version range ``versions``."""
+    lo, hi = versions
+    message = REQUESTS[api_key]
+    if not (in_range(lo, message.valid) and in_range(hi, message.valid)):
+        raise ValueError(f"{message.name}: versions {versions} outside the schema's {message.valid}")
+
+    def register(fn):
+        if api_key in HANDLERS:
+            raise RuntimeError(f"API key {api_key} ({API_NAMES[api_key]}) registered twice")
+        HANDLERS[api_key] = Handler(api_key, lo, hi, fn, inspect.iscoroutinefunction(fn))
+        return fn
+
+    return register
+
+
+def served_versions() -> list[tuple[int, int, int]]:
+    """(api_key, min, max) for every served API, sorted by key: what ApiVersions lists."""
+    return [(h.api_key, h.min_version, h.max_version) for h in sorted(HANDLERS.values(), key=lambda h: h.api_key)]

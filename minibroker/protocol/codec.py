@@ -1,0 +1,603 @@
+"""Encode and decode every Kafka message at every version, driven by the generated schema.
+
+Each (message, version) pair is compiled once into a reader and a writer closure; the
+rules of flexible versions (compact strings/arrays/bytes as unsigned varints, tagged fields
+at the end of every struct, nullable structs) live here and nowhere else.
+
+Decoded messages are ``Struct`` objects with snake_case attributes; fields a version does
+not carry are filled with their declared defaults, so handlers read one shape for every
+version. Writers accept ``Struct``s, plain objects or dicts; a missing field is its default.
+The ``records`` type is opaque: decoded as a zero-copy memoryview, encoded from bytes-like
+objects or ``FileRegion``s, which stay separate parts of the output so the network layer can
+send them with sendfile. Sans-I/O: no sockets, no asyncio.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid as _uuid
+from functools import lru_cache
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from minibroker.errors import ProtocolViolation
+from minibroker.file_region import FileRegion
+from minibroker.protocol.declarations import ZERO_UUID, F, Message, in_range
+from minibroker.protocol.schema import MESSAGES
+
+Struct = SimpleNamespace
+
+_MISSING = object()
+
+# (api_key) -> Message
+REQUESTS: dict[int, Message] = {m.api_key: m for m in MESSAGES.values() if m.kind == "request"}
+RESPONSES: dict[int, Message] = {m.api_key: m for m in MESSAGES.values() if m.kind == "response"}
+API_NAMES: dict[int, str] = {k: m.name[: -len("Request")] for k, m in REQUESTS.items()}
+API_KEYS: dict[str, int] = {v: k for k, v in API_NAMES.items()}
+
+_FIXED = {
+    "int8": struct.Struct(">b"),
+    "int16": struct.Struct(">h"),
+    "uint16": struct.Struct(">H"),
+    "int32": struct.Struct(">i"),
+    "int64": struct.Struct(">q"),
+    "float64": struct.Struct(">d"),
+}
+_I8, _I16, _I32 = _FIXED["int8"], _FIXED["int16"], _FIXED["int32"]
+
+
+# ---------------------------------------------------------------------------------------------
+# unsigned varints (flexible versions' lengths and tags)
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise ProtocolViolation("unsigned varint longer than 5 bytes")
+
+
+def write_uvarint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# the output: bytes, with file regions kept as separate parts
+
+
+class Writer:
+    """Accumulates encoded bytes; ``FileRegion`` values become parts of their own."""
+
+    __slots__ = ("buf", "parts", "size_of_parts")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.parts: list[bytes | FileRegion] = []
+        self.size_of_parts = 0
+
+    def add_region(self, region: FileRegion) -> None:
+        if self.buf:
+            self.parts.append(bytes(self.buf))
+            self.size_of_parts += len(self.buf)
+            self.buf = bytearray()
+        self.parts.append(region)
+        self.size_of_parts += region.size
+
+    def finish(self) -> list[bytes | FileRegion]:
+        if self.buf or not self.parts:
+            self.parts.append(bytes(self.buf))
+            self.size_of_parts += len(self.buf)
+            self.buf = bytearray()
+        return self.parts
+
+    def __len__(self) -> int:
+        return self.size_of_parts + len(self.buf)
+
+
+Reader = Callable[[Any, int], tuple[Any, int]]
+WriteFn = Callable[[Writer, Any], None]
+
+
+def _need(buf, pos: int, n: int) -> None:
+    if n < 0 or pos + n > len(buf):
+        raise ProtocolViolation(f"truncated: need {n} bytes at {pos}, have {len(buf) - pos}")
+
+
+def _type_zero(f: F) -> Any:
+    if f.default is not ...:
+        return f.default
+    t = f.type
+    if t.startswith("[]"):
+        return []
+    return {"bool": False, "string": "", "bytes": b"", "records": None, "uuid": ZERO_UUID,
+            "float64": 0.0, "struct": None}.get(t, 0)
+
+
+def default_value(f: F, version: int) -> Any:
+    """The value a field takes when a version does not carry it (or the sender left it out)."""
+    if f.type == "struct" and f.default is ...:
+        if f.nullable and in_range(version, f.nullable):
+            return None
+        return _default_struct(f.fields, version)
+    value = _type_zero(f)
+    return list(value) if isinstance(value, list) else value
+
+
+def _default_struct(fields: tuple[F, ...], version: int) -> Struct:
+    return Struct(**{f.name: default_value(f, version) for f in fields})
+
+
+# ---------------------------------------------------------------------------------------------
+# readers
+
+
+def _fixed_reader(s: struct.Struct) -> Reader:
+    size = s.size
+    unpack = s.unpack_from
+
+    def read(buf, pos):
+        if pos + size > len(buf):
+            raise ProtocolViolation("truncated fixed-size field")
+        return unpack(buf, pos)[0], pos + size
+
+    return read
+
+
+def _read_bool(buf, pos):
+    _need(buf, pos, 1)
+    return buf[pos] != 0, pos + 1
+
+
+def _read_uuid(buf, pos):
+    _need(buf, pos, 16)
+    return bytes(buf[pos: pos + 16]), pos + 16
+
+
+def _length_reader(compact: bool, wide: bool) -> Reader:
+    """Lengths: compact = uvarint(n + 1), 0 is null; else int16 (strings) or int32 (bytes, arrays)."""
+    if compact:
+        def read(buf, pos):
+            n, pos = read_uvarint(buf, pos)
+            return n - 1, pos
+        return read
+    return _fixed_reader(_I32 if wide else _I16)
+
+
+def _string_reader(compact: bool, nullable: bool) -> Reader:
+    read_len = _length_reader(compact, wide=False)
+
+    def read(buf, pos):
+        n, pos = read_len(buf, pos)
+        if n < 0:
+            if not nullable:
+                raise ProtocolViolation("null for a non-nullable string")
+            return None, pos
+        _need(buf, pos, n)
+        try:
+            return str(buf[pos: pos + n], "utf-8"), pos + n
+        except UnicodeDecodeError as e:
+            raise ProtocolViolation("string is not valid UTF-8") from e
+
+    return read
+
+
+def _bytes_reader(compact: bool, nullable: bool, zero_copy: bool) -> Reader:
+    read_len = _length_reader(compact, wide=True)
+
+    def read(buf, pos):
+        n, pos = read_len(buf, pos)
+        if n < 0:
+            if not nullable:
+                raise ProtocolViolation("null for non-nullable bytes")
+            return None, pos
+        _need(buf, pos, n)
+        view = memoryview(buf)[pos: pos + n]
+        return (view if zero_copy else bytes(view)), pos + n
+
+    return read
+
+
+def _array_reader(compact: bool, nullable: bool, elem: Reader) -> Reader:
+    read_len = _length_reader(compact, wide=True)
+
+    def read(buf, pos):
+        n, pos = read_len(buf, pos)
+        if n < 0:
+            if not nullable:
+                raise ProtocolViolation("null for a non-nullable array")
+            return None, pos
+        if n > len(buf) - pos:  # every element takes at least one byte: refuse absurd counts early
+            raise ProtocolViolation(f"array of {n} elements in {len(buf) - pos} bytes")
+        out = []
+        append = out.append
+        for _ in range(n):
+            v, pos = elem(buf, pos)
+            append(v)
+        return out, pos
+
+    return read
+
+
+def _primitive_reader(t: str, compact: bool, nullable: bool) -> Reader:
+    if t in _FIXED:
+        return _fixed_reader(_FIXED[t])
+    if t == "bool":
+        return _read_bool
+    if t == "uuid":
+        return _read_uuid
+    if t == "string":
+        return _string_reader(compact, nullable)
+    if t == "bytes":
+        return _bytes_reader(compact, nullable, zero_copy=False)
+    if t == "records":
+        return _bytes_reader(compact, True, zero_copy=True)
+    raise ValueError(f"unknown type {t}")
+
+
+def _field_reader(f: F, version: int, flexible: bool) -> Reader:
+    compact = flexible if f.flexible is None else in_range(version, f.flexible)
+    nullable = in_range(version, f.nullable)
+    if f.type == "struct":
+        inner = _struct_reader(f.fields, version, flexible)
+        if not nullable:
+            return inner
+
+        def read_nullable(buf, pos):
+            _need(buf, pos, 1)
+            marker = _I8.unpack_from(buf, pos)[0]
+            if marker < 0:
+                return None, pos + 1
+            return inner(buf, pos + 1)
+
+        return read_nullable
+    if f.type == "[]struct":
+        return _array_reader(compact, nullable, _struct_reader(f.fields, version, flexible))
+    if f.type.startswith("[]"):
+        return _array_reader(compact, nullable, _primitive_reader(f.type[2:], compact, False))
+    return _primitive_reader(f.type, compact, nullable)
+
+
+def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reader:
+    plan: list[tuple[str, Reader]] = []
+    absent: list[tuple[str, F]] = []
+    tagged: dict[int, tuple[str, Reader]] = {}
+    for f in fields:
+        if not in_range(version, f.versions):
+            absent.append((f.name, f))
+        elif f.tag is not None:
+            absent.append((f.name, f))  # until the tagged section says otherwise
+            if flexible:
+                tagged[f.tag] = (f.name, _field_reader(f, version, flexible))
+        else:
+            plan.append((f.name, _field_reader(f, version, flexible)))
+
+    def read(buf, pos):
+        values = {name: default_value(f, version) for name, f in absent}
+        for name, reader in plan:
+            values[name], pos = reader(buf, pos)
+        if flexible:
+            count, pos = read_uvarint(buf, pos)
+            for _ in range(count):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                _need(buf, pos, size)
+                known = tagged.get(tag)
+                if known is not None:
+                    end = pos + size
+                    values[known[0]], pos = known[1](memoryview(buf)[:end], pos)
+                    if pos != end:
+                        raise ProtocolViolation(f"tagged field {tag} size mismatch")
+                else:
+                    pos += size  # unknown tags are skipped, as the protocol requires
+        return Struct(**values), pos
+
+    return read
+
+
+# ---------------------------------------------------------------------------------------------
+# writers
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, _MISSING)
+    return getattr(obj, name, _MISSING)
+
+
+def _fixed_writer(s: struct.Struct) -> WriteFn:
+    pack = s.pack
+
+    def write(w: Writer, v):
+        w.buf += pack(v)
+
+    return write
+
+
+def _write_bool(w: Writer, v):
+    w.buf.append(1 if v else 0)
+
+
+def _write_uuid(w: Writer, v):
+    if isinstance(v, _uuid.UUID):
+        v = v.bytes
+    if v is None:
+        v = ZERO_UUID
+    if len(v) != 16:
+        raise ValueError("uuid must be 16 bytes")
+    w.buf += v
+
+
+def _length_writer(compact: bool, wide: bool) -> WriteFn:
+    if compact:
+        def write(w: Writer, n: int):
+            write_uvarint(w.buf, n + 1)
+        return write
+    return _fixed_writer(_I32 if wide else _I16)
+
+
+def _string_writer(compact: bool) -> WriteFn:
+    write_len = _length_writer(compact, wide=False)
+
+    def write(w: Writer, v):
+        if v is None:
+            write_len(w, -1)
+            return
+        data = v.encode("utf-8")
+        write_len(w, len(data))
+        w.buf += data
+
+    return write
+
+
+def _bytes_writer(compact: bool) -> WriteFn:
+    write_len = _length_writer(compact, wide=True)
+
+    def write(w: Writer, v):
+        if v is None:
+            write_len(w, -1)
+            return
+        if isinstance(v, FileRegion):
+            write_len(w, v.size)
+            w.add_region(v)
+            return
+        if isinstance(v, (list, tuple)):  # a sequence of regions/bytes sent back to back
+            write_len(w, sum(len(p) for p in v))
+            for p in v:
+                if isinstance(p, FileRegion):
+                    w.add_region(p)
+                else:
+                    w.buf += p
+            return
+        write_len(w, len(v))
+        w.buf += v
+
+    return write
+
+
+def _array_writer(compact: bool, elem: WriteFn) -> WriteFn:
+    write_len = _length_writer(compact, wide=True)
+
+    def write(w: Writer, v):
+        if v is None:
+            write_len(w, -1)
+            return
+        write_len(w, len(v))
+        for item in v:
+            elem(w, item)
+
+    return write
+
+
+def _primitive_writer(t: str, compact: bool) -> WriteFn:
+    if t in _FIXED:
+        return _fixed_writer(_FIXED[t])
+    if t == "bool":
+        return _write_bool
+    if t == "uuid":
+        return _write_uuid
+    if t == "string":
+        return _string_writer(compact)
+    if t in ("bytes", "records"):
+        return _bytes_writer(compact)
+    raise ValueError(f"unknown type {t}")
+
+
+def _field_writer(f: F, version: int, flexible: bool) -> WriteFn:
+    compact = flexible if f.flexible is None else in_range(version, f.flexible)
+    nullable = in_range(version, f.nullable)
+    if f.type == "struct":
+        inner = _struct_writer(f.fields, version, flexible)
+        if not nullable:
+            def write_struct(w: Writer, v):
+                inner(w, v if v is not None else _default_struct(f.fields, version))
+            return write_struct
+
+        def write_nullable(w: Writer, v):
+            if v is None:
+                w.buf.append(0xFF)
+            else:
+                w.buf.append(1)
+                inner(w, v)
+
+        return write_nullable
+    if f.type == "[]struct":
+        return _array_writer(compact, _struct_writer(f.fields, version, flexible))
+    if f.type.startswith("[]"):
+        return _array_writer(compact, _primitive_writer(f.type[2:], compact))
+    return _primitive_writer(f.type, compact)
+
+
+def _struct_writer(fields: tuple[F, ...], version: int, flexible: bool) -> WriteFn:
+    plan: list[tuple[str, Any, WriteFn]] = []
+    tagged: list[tuple[int, str, Any, WriteFn]] = []
+    for f in fields:
+        if not in_range(version, f.versions):
+            continue
+        if f.tag is not None:
+            if flexible:
+                tagged.append((f.tag, f.name, f, _field_writer(f, version, flexible)))
+        else:
+            plan.append((f.name, f, _field_writer(f, version, flexible)))
+    tagged.sort(key=lambda t: t[0])
+
+    def write(w: Writer, obj):
+        for name, f, writer in plan:
+            v = _get(obj, name)
+            writer(w, default_value(f, version) if v is _MISSING else v)
+        if flexible:
+            present = []
+            for tag, name, f, writer in tagged:
+                v = _get(obj, name)
+                if v is _MISSING or v is None or v == default_value(f, version):
+                    continue
+                sub = Writer()
+                writer(sub, v)
+                present.append((tag, sub.finish()))
+            write_uvarint(w.buf, len(present))
+            for tag, parts in present:
+                write_uvarint(w.buf, tag)
+                write_uvarint(w.buf, sum(len(p) for p in parts))
+                for p in parts:
+                    if isinstance(p, FileRegion):
+                        w.add_region(p)
+                    else:
+                        w.buf += p
+
+    return write
+
+
+# ---------------------------------------------------------------------------------------------
+# compiled codecs per message and version
+
+
+class UnsupportedVersion(ProtocolViolation):
+    """A version outside the schema's valid range."""
+
+
+def is_flexible(message: Message, version: int) -> bool:
+    return in_range(version, message.flexible)
+
+
+@lru_cache(maxsize=None)
+def _compiled(name: str, version: int) -> tuple[Reader, WriteFn]:
+    message = MESSAGES[name]
+    if not in_range(version, message.valid):
+        raise UnsupportedVersion(f"{name} v{version} is outside {message.valid}")
+    flexible = is_flexible(message, version)
+    return (_struct_reader(message.fields, version, flexible),
+            _struct_writer(message.fields, version, flexible))
+
+
+def decode(name: str, version: int, buf, pos: int = 0, *, exact: bool = True) -> Struct:
+    """Decode message ``name`` at ``version`` from ``buf[pos:]``."""
+    reader = _compiled(name, version)[0]
+    try:
+        value, end = reader(buf, pos)
+    except (IndexError, struct.error) as e:
+        raise ProtocolViolation(f"{name} v{version}: truncated ({e})") from e
+    if exact and end != len(buf):
+        raise ProtocolViolation(f"{name} v{version}: {len(buf) - end} trailing bytes")
+    return value
+
+
+def encode_into(w: Writer, name: str, version: int, obj: Any) -> None:
+    _compiled(name, version)[1](w, obj)
+
+
+def encode(name: str, version: int, obj: Any) -> bytes:
+    """Encode to bytes (file regions are read; for tests, tools and clients)."""
+    w = Writer()
+    encode_into(w, name, version, obj)
+    return b"".join(p.read() if isinstance(p, FileRegion) else p for p in w.finish())
+
+
+# ---------------------------------------------------------------------------------------------
+# headers and frames
+
+_HEADER_FIXED = struct.Struct(">hhi")
+
+
+class RequestHeader(SimpleNamespace):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    message = REQUESTS.get(api_key)
+    if message is not None and is_flexible(message, api_version):
+        return 2
+    if api_key == 7 and api_version == 0:  # ControlledShutdown v0 predates client ids
+        return 0
+    return 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == 18:  # ApiVersions answers with header v0 always, so clients can read errors
+        return 0
+    message = RESPONSES.get(api_key)
+    return 1 if message is not None and is_flexible(message, api_version) else 0
+
+
+def decode_request_header(buf) -> tuple[RequestHeader, int]:
+    """Read the request header at the start of ``buf``; returns it and where the body starts."""
+    if len(buf) < 8:
+        raise ProtocolViolation("request shorter than its header")
+    api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(buf, 0)
+    header_version = request_header_version(api_key, api_version)
+    try:
+        header, end = _compiled("RequestHeader", header_version)[0](buf, 0)
+    except (IndexError, struct.error) as e:
+        raise ProtocolViolation(f"truncated request header ({e})") from e
+    return RequestHeader(api_key=api_key, api_version=api_version, correlation_id=correlation_id,
+                         client_id=header.client_id), end
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, body: Any,
+                   client_id: str | None = "minibroker") -> bytes:
+    """A whole size-prefixed request frame (for our own tools, the healthcheck and tests)."""
+    w = Writer()
+    header = {"request_api_key": api_key, "request_api_version": api_version,
+              "correlation_id": correlation_id, "client_id": client_id}
+    encode_into(w, "RequestHeader", request_header_version(api_key, api_version), header)
+    encode_into(w, REQUESTS[api_key].name, api_version, body)
+    data = b"".join(p.read() if isinstance(p, FileRegion) else p for p in w.finish())
+    return _I32.pack(len(data)) + data
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> list[bytes | FileRegion]:
+    """A whole size-prefixed response frame as parts; file regions stay separate for sendfile."""
+    w = Writer()
+    w.buf += b"\x00\x00\x00\x00"  # size, patched below
+    encode_into(w, "ResponseHeader", response_header_version(api_key, api_version),
+                {"correlation_id": correlation_id})
+    encode_into(w, RESPONSES[api_key].name, api_version, body)
+    total = len(w) - 4
+    parts = w.finish()
+    first = bytearray(parts[0])
+    _I32.pack_into(first, 0, total)
+    parts[0] = bytes(first)
+    return parts
+
+
+def decode_response(api_key: int, api_version: int, frame) -> tuple[int, Struct]:
+    """Decode a response frame (without its size prefix) -> (correlation_id, body)."""
+    header_version = response_header_version(api_key, api_version)
+    reader = _compiled("ResponseHeader", header_version)[0]
+    header, pos = reader(frame, 0)
+    return header.correlation_id, decode(RESPONSES[api_key].name, api_version, frame, pos)
+
+
+def uuid_from_bytes(b: bytes) -> _uuid.UUID:
+    return _uuid.UUID(bytes=bytes(b))

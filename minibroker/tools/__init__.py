@@ -1,0 +1,1 @@
+"""Console tools behind the minibroker subcommands."""
