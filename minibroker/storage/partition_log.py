@@ -1,0 +1,579 @@
+"""The log of one partition: an ordered list of ``LogSegment`` in ``<log dir>/<topic>-<partition>/``.
+
+Owner: the event loop thread (through the handlers and ``LogManager``); nothing here awaits, so
+reading ``log_end_offset`` and appending happen without a gap. Not thread-safe. The only work
+done off the loop is the fsync of sealed segments, driven by ``LogManager`` through
+``sealed_unflushed`` / ``mark_flushed``.
+
+Offsets: ``log_start_offset`` <= every readable offset < ``log_end_offset`` (LEO). On one node
+the high watermark is the LEO. Leader epoch is always 0; ``leader-epoch-checkpoint`` records
+``0 <first offset appended>``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import random
+import shutil
+import time
+from typing import Any, Callable, Mapping, NamedTuple
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.file_region import FileRegion
+from minibroker.storage import checkpoints
+from minibroker.storage.segment import LogSegment
+from minibroker.storage.timestamps import record_at_or_after
+
+__all__ = ["FetchSlice", "PartitionLog"]
+
+log = logging.getLogger(__name__)
+
+
+class FetchSlice(NamedTuple):
+    """What a read found: a region of whole entries (None when there is nothing to send) and the
+    partition's offsets at the time of the read."""
+
+    region: FileRegion | None
+    first_offset: int  # base offset of the first entry in the region (the requested offset if empty)
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size(self) -> int:
+        return self.region.size if self.region is not None else 0
+
+
+class PartitionLog:
+    """Segmented append-only log of one partition. See the module docstring for ownership."""
+
+    def __init__(self, directory: str, topic: str, partition: int, topic_id: bytes,
+                 config: Mapping[str, Any], segments: list[LogSegment], *, log_start_offset: int,
+                 recovery_point: int, epoch_entries: list[tuple[int, int]], clock=time.time):
+        self.directory = directory
+        self._topic = topic
+        self._partition = partition
+        self._topic_id = topic_id
+        self._clock = clock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._leo = segments[-1].next_offset
+        self._log_start = max(log_start_offset, segments[0].base_offset)
+        self._recovery_point = min(recovery_point, self._leo)
+        self._epoch_entries = epoch_entries
+        self._listeners: list[Callable[[PartitionLog], None]] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._now_ms()
+        self._roll_jitter: dict[int, int] = {}
+        self.on_log_start_offset_change: Callable[[PartitionLog], None] | None = None
+        self.closed = False
+        self.deleted = False
+        self.update_config(config)
+
+    # ---- construction -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, directory: str, topic: str, partition: int, topic_id: bytes,
+               config: Mapping[str, Any], *, clock=time.time) -> PartitionLog:
+        """A new, empty partition directory (replacing any leftover one)."""
+        if os.path.exists(directory):
+            shutil.rmtree(directory)
+        os.makedirs(directory)
+        checkpoints.write_partition_metadata(os.path.join(directory, checkpoints.PARTITION_METADATA), topic_id)
+        segment = LogSegment.create(directory, 0, index_max_bytes=int(config["segment.index.bytes"]),
+                                    index_interval_bytes=int(config["index.interval.bytes"]), clock=clock)
+        return cls(directory, topic, partition, topic_id, config, [segment], log_start_offset=0,
+                   recovery_point=0, epoch_entries=[], clock=clock)
+
+    @classmethod
+    def open(cls, directory: str, topic: str, partition: int, topic_id: bytes,
+             config: Mapping[str, Any], *, log_start_offset: int = 0, recovery_point: int = 0,
+             clean: bool = False, clock=time.time) -> PartitionLog:
+        """Load an existing partition directory.
+
+        ``clean``: the last shutdown left the clean marker, so segments are trusted after an
+        index sanity check. Otherwise every segment that may hold offsets >= ``recovery_point`` (and
+        always the last one) is re-read: sizes, offsets and CRCs checked, a bad tail truncated,
+        later segments dropped, indexes rebuilt. A segment whose index fails its check is rebuilt
+        in either case.
+        """
+        name = f"{topic}-{partition}"
+        meta_path = os.path.join(directory, checkpoints.PARTITION_METADATA)
+        if checkpoints.read_partition_metadata(meta_path) != topic_id:
+            checkpoints.write_partition_metadata(meta_path, topic_id)
+        index_bytes = int(config["segment.index.bytes"])
+        interval = int(config["index.interval.bytes"])
+        bases = []
+        for fname in os.listdir(directory):
+            stem, ext = os.path.splitext(fname)
+            if ext in (".deleted", ".cleaned", ".swap", ".tmp"):
+                _remove(os.path.join(directory, fname))
+            elif ext == ".log" and stem.isdigit() and len(stem) == 20:
+                bases.append(int(stem))
+        for fname in os.listdir(directory):  # indexes without a log
+            stem, ext = os.path.splitext(fname)
+            if ext in (".index", ".timeindex", ".txnindex") and stem.isdigit() and int(stem) not in bases:
+                _remove(os.path.join(directory, fname))
+        bases.sort()
+        segments: list[LogSegment] = []
+        recovered = truncated_total = 0
+        for i, base in enumerate(bases):
+            last = i == len(bases) - 1
+            segment = LogSegment(directory, base, index_max_bytes=index_bytes, index_interval_bytes=interval,
+                                 active=last, clock=clock)
+            if segments and base < segments[-1].next_offset:
+                log.error("%s: segment %d overlaps its predecessor (ends at %d); dropping it and later ones",
+                          name, base, segments[-1].next_offset)
+                segment.delete()
+                _drop_segments(directory, bases[i + 1:], index_bytes, interval, clock)
+                break
+            needs_recovery = not clean and (last or bases[i + 1] > recovery_point)
+            if needs_recovery or not segment.load_trusted():
+                result = segment.recover()
+                recovered += 1
+                if result.truncated_bytes:
+                    truncated_total += result.truncated_bytes
+                    later = bases[i + 1:]
+                    log.warning("%s: segment %d: kept %d entries (%d bytes), truncated %d bytes (%s)%s",
+                                name, base, result.entries, result.valid_bytes, result.truncated_bytes,
+                                result.reason, f"; deleting {len(later)} later segments" if later else "")
+                    segment.flush()
+                    if later:
+                        _drop_segments(directory, later, index_bytes, interval, clock)
+                        if not last:
+                            segment.make_active()
+                        segments.append(segment)
+                        break
+            segments.append(segment)
+        if segments and not segments[-1].active:
+            segments[-1].make_active()
+        if segments and log_start_offset > segments[-1].next_offset:
+            log.warning("%s: log start offset %d is past the end of the log (%d): starting empty there",
+                        name, log_start_offset, segments[-1].next_offset)
+            for segment in segments:
+                segment.delete()
+            segments = []
+        if not segments:
+            segments = [LogSegment.create(directory, max(log_start_offset, 0), index_max_bytes=index_bytes,
+                                          index_interval_bytes=interval, clock=clock)]
+        if not clean and recovered:
+            for segment in segments:
+                if not segment.flushed:
+                    segment.flush()
+            log.info("%s: recovered %d segments, truncated %d bytes; log end offset %d",
+                     name, recovered, truncated_total, segments[-1].next_offset)
+        epoch_path = os.path.join(directory, checkpoints.LEADER_EPOCH_CHECKPOINT)
+        try:
+            epochs = checkpoints.read_epoch_checkpoint(epoch_path)
+        except checkpoints.CheckpointError as exc:
+            log.warning("%s: ignoring %s", name, exc)
+            epochs = []
+        self = cls(directory, topic, partition, topic_id, config, segments, log_start_offset=log_start_offset,
+                   recovery_point=segments[-1].next_offset if not clean else recovery_point,
+                   epoch_entries=epochs, clock=clock)
+        if clean:
+            self._recovery_point = self._leo
+        self._fix_epoch_entries()
+        return self
+
+    # ---- properties ---------------------------------------------------------------------------
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @property
+    def topic_id(self) -> bytes:
+        return self._topic_id
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._leo
+
+    @property
+    def leader_epoch(self) -> int:
+        return 0
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self._config
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def update_config(self, config: Mapping[str, Any]) -> None:
+        """Apply new effective topic settings (AlterConfigs); they take effect from the next append."""
+        self._config = dict(config)
+        c = self._config
+        self._segment_bytes = int(c["segment.bytes"])
+        self._segment_ms = int(c["segment.ms"])
+        self._segment_jitter_ms = int(c.get("segment.jitter.ms", 0))
+        self._index_bytes = int(c["segment.index.bytes"])
+        self._index_interval = int(c["index.interval.bytes"])
+        self._flush_messages = int(c["flush.messages"])
+        self._flush_ms = int(c["flush.ms"])
+        self._retention_ms = int(c["retention.ms"])
+        self._retention_bytes = int(c["retention.bytes"])
+        self._delete_policy = "delete" in str(c.get("cleanup.policy", "delete"))
+        for segment in self._segments:
+            segment.index_interval_bytes = self._index_interval
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self._topic}-{self._partition}, start={self._log_start}, "
+                f"end={self._leo}, segments={len(self._segments)})")
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self._topic}-{self._partition} is closed")
+
+    # ---- append -------------------------------------------------------------------------------
+    def append(self, data, *, first_offset: int, last_offset: int, max_timestamp: int,
+               offset_of_max_timestamp: int, record_count: int) -> None:
+        """Append entries whose offsets are already assigned, starting at the log end offset.
+
+        Rolls first when the entries would overflow ``segment.bytes``, an index is full, the offset
+        span no longer fits the segment's relative offsets, or ``segment.ms`` has passed. Flushes
+        per ``flush.messages`` / ``flush.ms``. Then calls the append listeners.
+        """
+        self._check_open()
+        assert first_offset == self._leo, f"append at {first_offset}, log end offset is {self._leo}"
+        if last_offset < first_offset:
+            raise ValueError(f"last offset {last_offset} < first offset {first_offset}")
+        segment = self._segments[-1]
+        if segment.size and self._should_roll(segment, len(data), last_offset, max_timestamp):
+            segment = self.roll()
+        try:
+            segment.append(data, first_offset=first_offset, last_offset=last_offset,
+                           max_timestamp=max_timestamp, offset_of_max_timestamp=offset_of_max_timestamp)
+        except OSError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"append to {segment.log_path}: {exc}") from exc
+        self._leo = last_offset + 1
+        if not self._epoch_entries:
+            self._epoch_entries = [(0, first_offset)]
+            self.write_leader_epoch_checkpoint()
+        self._unflushed_messages += record_count if record_count > 0 else last_offset - first_offset + 1
+        if self._unflushed_messages >= self._flush_messages or \
+                self._now_ms() - self._last_flush_ms >= self._flush_ms:
+            self.flush()
+        self._notify()
+
+    def _should_roll(self, segment: LogSegment, size: int, last_offset: int, max_timestamp: int) -> bool:
+        if segment.size + size > self._segment_bytes or segment.indexes_full or not segment.can_hold(last_offset):
+            return True
+        segment.read_first_batch_timestamp()
+        first_ts = segment.first_batch_timestamp
+        if first_ts is not None and first_ts >= 0 and max_timestamp >= 0:
+            waited = max_timestamp - first_ts
+        else:
+            waited = self._now_ms() - segment.created_ms
+        jitter = self._roll_jitter.get(segment.base_offset, 0)
+        return waited > self._segment_ms - jitter
+
+    def roll(self) -> LogSegment:
+        """Seal the active segment and start a new one at the log end offset (no-op if empty)."""
+        old = self._segments[-1]
+        if old.size == 0:
+            return old
+        old.seal()
+        new = LogSegment.create(self.directory, self._leo, index_max_bytes=self._index_bytes,
+                                index_interval_bytes=self._index_interval, clock=self._clock)
+        if self._segment_jitter_ms > 0:
+            self._roll_jitter[new.base_offset] = random.randrange(self._segment_jitter_ms)
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        return new
+
+    # ---- listeners ----------------------------------------------------------------------------
+    def add_append_listener(self, callback: Callable[[PartitionLog], None]) -> None:
+        """``callback(log)`` runs (on the owner's thread) after every append, and once when the log
+        is deleted (``log.deleted`` is then True). Listeners are kept until removed."""
+        self._listeners.append(callback)
+
+    def remove_append_listener(self, callback: Callable[[PartitionLog], None]) -> None:
+        try:
+            self._listeners.remove(callback)
+        except ValueError:
+            pass
+
+    def _notify(self) -> None:
+        for callback in tuple(self._listeners):
+            try:
+                callback(self)
+            except Exception:  # one broken waiter must not fail the append
+                log.exception("append listener %r failed", callback)
+
+    # ---- read ---------------------------------------------------------------------------------
+    def _out_of_range(self, offset: int) -> KafkaError:
+        return KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                          f"offset {offset} is outside [{self._log_start}, {self._leo}] of "
+                          f"{self._topic}-{self._partition}",
+                          log_start_offset=self._log_start, log_end_offset=self._leo)
+
+    def read(self, offset: int, max_bytes: int, *, min_one_entry: bool = True,
+             max_offset: int | None = None) -> FetchSlice:
+        """Whole entries from the one holding ``offset``, at most ``max_bytes`` unless the first entry
+        alone is larger and ``min_one_entry`` (KIP-74). Only entries whose last offset is below
+        ``max_offset`` (exclusive bound, e.g. a last stable offset) are returned. Never crosses a
+        segment boundary. ``offset == log_end_offset`` gives an empty slice; an offset outside
+        ``[log_start_offset, log_end_offset]`` raises OFFSET_OUT_OF_RANGE."""
+        self._check_open()
+        leo = self._leo
+        if offset < self._log_start or offset > leo:
+            raise self._out_of_range(offset)
+        limit_offset = leo if max_offset is None else min(max_offset, leo)
+        empty = FetchSlice(None, offset, leo, self._log_start, leo)
+        if offset >= limit_offset:
+            return empty
+        i = bisect.bisect_right(self._bases, offset) - 1
+        info = None
+        while i < len(self._segments):
+            segment = self._segments[i]
+            info = segment.translate_offset(offset)
+            if info is not None:
+                break
+            i += 1
+        if info is None:
+            return empty
+        start = info.position
+        max_position = segment.size
+        if limit_offset < segment.next_offset:
+            stop = segment.translate_offset(limit_offset, start)
+            max_position = stop.position if stop is not None else segment.size
+        if max_position <= start:
+            return empty
+        if info.size > max_bytes:
+            if not min_one_entry:
+                return empty
+            end = start + info.size
+        else:
+            end, _ = segment.end_position_within(start, min(start + max_bytes, max_position))
+        return FetchSlice(FileRegion(segment.file, start, end - start), info.base_offset, leo,
+                          self._log_start, leo)
+
+    def read_bytes(self, offset: int, max_bytes: int) -> bytes:
+        """A copy of whole entries from ``offset`` (for internal readers such as the group
+        coordinator loading ``__consumer_offsets``); b"" at the log end."""
+        region = self.read(offset, max_bytes).region
+        return region.read() if region is not None else b""
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp >= ``timestamp`` at or after the
+        log start offset (ListOffsets by time), or None when there is none."""
+        self._check_open()
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp or segment.next_offset <= self._log_start:
+                continue
+            start = self._log_start
+            while (info := segment.find_offset_by_timestamp(timestamp, start)) is not None:
+                found = record_at_or_after(segment, info, timestamp, self._log_start)
+                if found is not None:
+                    return found
+                start = info.last_offset + 1
+        return None
+
+    def max_timestamp_entry(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3), or None."""
+        best = None
+        for segment in self._segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best[1]):
+                best = (max(segment.offset_of_max_timestamp, self._log_start), segment.max_timestamp)
+        return best
+
+    # ---- flush --------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """fsync every segment written since the last flush; the recovery point becomes the LEO."""
+        for segment in self._segments:
+            if not segment.flushed:
+                segment.flush()
+        self._recovery_point = self._leo
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._now_ms()
+
+    def flush_if_due(self) -> None:
+        if self._unflushed_messages and self._now_ms() - self._last_flush_ms >= self._flush_ms:
+            self.flush()
+
+    def sealed_unflushed(self) -> list[LogSegment]:
+        """Sealed segments not yet fsynced (for a flush off the loop: fsync ``seg.file`` of each)."""
+        return [s for s in self._segments[:-1] if not s.flushed]
+
+    def mark_flushed(self, segments: list[LogSegment]) -> None:
+        """The ``.log`` files of ``segments`` (from ``sealed_unflushed``) have been fsynced."""
+        for segment in segments:
+            if segment in self._segments and segment.file is not None:
+                segment.index.flush()
+                segment.time_index.flush()
+                segment.flushed = True
+        point = next((s.base_offset for s in self._segments if not s.flushed), self._leo)
+        self._recovery_point = max(self._recovery_point, point)
+
+    # ---- start offset, retention, truncation ----------------------------------------------------
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset to ``offset`` (-1 = the high watermark) and drop
+        segments wholly below it. Returns the new log start offset."""
+        self._check_open()
+        if offset == -1:
+            offset = self._leo
+        if offset < 0 or offset > self._leo:
+            raise self._out_of_range(offset)
+        if offset > self._log_start:
+            self._log_start = offset
+            self._delete_below_start()
+            self._start_offset_changed()
+        return self._log_start
+
+    def _delete_below_start(self) -> int:
+        doomed = []
+        for i, segment in enumerate(self._segments[:-1]):
+            if self._segments[i + 1].base_offset <= self._log_start:
+                doomed.append(segment)
+            else:
+                break
+        self._delete_segments(doomed, "below the log start offset")
+        return len(doomed)
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete whole non-active segments past ``retention.ms`` (by their max timestamp) or beyond
+        ``retention.bytes``, oldest first, when ``cleanup.policy`` includes delete; also segments
+        below the log start offset. Returns the number of segments deleted."""
+        self._check_open()
+        deleted = self._delete_below_start()
+        if not self._delete_policy:
+            return deleted
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        if self._retention_ms >= 0:
+            doomed = []
+            for segment in self._segments[:-1]:
+                if now_ms - segment.largest_timestamp() > self._retention_ms:
+                    doomed.append(segment)
+                else:
+                    break
+            self._delete_segments(doomed, f"older than retention.ms={self._retention_ms}")
+            deleted += len(doomed)
+        if self._retention_bytes >= 0:
+            excess = self.size_bytes - self._retention_bytes
+            doomed = []
+            for segment in self._segments[:-1]:
+                if excess - segment.size >= 0:
+                    doomed.append(segment)
+                    excess -= segment.size
+                else:
+                    break
+            self._delete_segments(doomed, f"beyond retention.bytes={self._retention_bytes}")
+            deleted += len(doomed)
+        return deleted
+
+    def _delete_segments(self, doomed: list[LogSegment], reason: str) -> None:
+        if not doomed:
+            return
+        for segment in doomed:
+            segment.delete()
+        del self._segments[:len(doomed)]
+        del self._bases[:len(doomed)]
+        log.info("%s-%d: deleted %d segments (%s), bases %s", self._topic, self._partition, len(doomed),
+                 reason, [s.base_offset for s in doomed])
+        first = self._segments[0].base_offset
+        if first > self._log_start:
+            self._log_start = first
+            self._start_offset_changed()
+
+    def _start_offset_changed(self) -> None:
+        self._fix_epoch_entries()
+        if self.on_log_start_offset_change is not None:
+            self.on_log_start_offset_change(self)
+
+    def _fix_epoch_entries(self) -> None:
+        entries = [e for e in self._epoch_entries if e[1] <= self._leo]
+        if entries and entries[0][1] < self._log_start:
+            entries[0] = (entries[0][0], self._log_start)
+        self._epoch_entries = entries
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every entry whose last offset >= ``offset`` (a straddling batch goes whole).
+        Returns the new log end offset. For tests and tools; a single node never needs it."""
+        self._check_open()
+        if offset >= self._leo:
+            return self._leo
+        if offset <= self._log_start and offset <= self._segments[0].base_offset:
+            for segment in self._segments:
+                segment.delete()
+            start = max(offset, 0)
+            self._segments = [LogSegment.create(self.directory, start, index_max_bytes=self._index_bytes,
+                                                index_interval_bytes=self._index_interval, clock=self._clock)]
+            self._bases = [start]
+            self._log_start = start
+            self._start_offset_changed()
+        else:
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                self._segments.pop().delete()
+                self._bases.pop()
+            segment = self._segments[-1]
+            if not segment.active:
+                segment.make_active()
+            segment.truncate_to(offset)
+        self._leo = self._segments[-1].next_offset
+        self._recovery_point = min(self._recovery_point, self._leo)
+        self._fix_epoch_entries()
+        return self._leo
+
+    # ---- checkpoints and lifecycle --------------------------------------------------------------
+    def write_leader_epoch_checkpoint(self) -> None:
+        checkpoints.write_epoch_checkpoint(os.path.join(self.directory, checkpoints.LEADER_EPOCH_CHECKPOINT),
+                                           self._epoch_entries)
+
+    def close(self) -> None:
+        """Flush, trim the active segment's indexes, release files. Regions in flight stay valid."""
+        if self.closed:
+            return
+        self.flush()
+        self.write_leader_epoch_checkpoint()
+        for segment in self._segments:
+            segment.close()
+        self.closed = True
+
+    def delete(self) -> None:
+        """Remove the partition directory and everything in it; wakes the listeners."""
+        for segment in self._segments:
+            segment.delete()
+        self.closed = True
+        self.deleted = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self._notify()
+        self._listeners.clear()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _drop_segments(directory: str, bases: list[int], index_bytes: int, interval: int, clock) -> None:
+    for base in bases:
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+            _remove(os.path.join(directory, f"{base:020d}{suffix}"))

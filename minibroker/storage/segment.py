@@ -1,0 +1,403 @@
+"""One log segment: ``<base>.log`` with its ``<base>.index`` and ``<base>.timeindex``.
+
+Contract (as Apache Kafka's LogSegment): the ``.log`` is a concatenation of whole entries
+(v2 batches or v0/v1 messages), offsets already assigned and strictly increasing, the first one
+>= the base offset in the file name (20 digits, zero padded). Appends are sequential writes at the
+end. Every time more than ``index.interval.bytes`` have been written since the last index entry,
+the next entry gets an offset-index entry (its last offset -> its start position) and the time
+index gets the max timestamp seen so far if that grew. A sealed segment's time index ends with
+the segment's max timestamp.
+
+Owner: the ``PartitionLog`` holding it; not thread-safe. The ``.log`` descriptor is a
+``SegmentFile`` shared with ``FileRegion`` objects in flight: it is closed when the last holder
+drops it, never under a region's feet.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import time
+from typing import Iterator, NamedTuple
+
+from minibroker.records.framing import (
+    LOG_OVERHEAD,
+    V2_HEADER_SIZE,
+    EntryInfo,
+    entry_crc_valid,
+    entry_size_at,
+    read_entry,
+    scan_entries,
+)
+from minibroker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+
+__all__ = ["LogSegment", "SegmentFile", "RecoveryResult", "segment_file_name"]
+
+log = logging.getLogger(__name__)
+
+_INT32_MAX = 2**31 - 1
+_SCAN_CHUNK = 16384
+_MIN_ENTRY = LOG_OVERHEAD + 14
+_MAX_ENTRY_HEADER = V2_HEADER_SIZE
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class SegmentFile:
+    """An open ``.log`` descriptor; ``fileno()`` for sendfile. Closed when the last holder lets go."""
+
+    __slots__ = ("_fd", "path", "__weakref__")
+
+    def __init__(self, path: str, flags: int = os.O_RDWR | os.O_CREAT):
+        self.path = path
+        self._fd = os.open(path, flags, 0o644)
+
+    def fileno(self) -> int:
+        if self._fd < 0:
+            raise ValueError(f"{self.path} is closed")
+        return self._fd
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SegmentFile({self.path!r}, fd={self._fd})"
+
+
+class RecoveryResult(NamedTuple):
+    valid_bytes: int
+    truncated_bytes: int
+    entries: int
+    reason: str | None  # why the tail was cut, None when nothing was
+
+
+class LogSegment:
+    """A ``.log`` plus its offset and time indexes. See the module docstring for the contract."""
+
+    def __init__(self, directory: str, base_offset: int, *, index_max_bytes: int,
+                 index_interval_bytes: int, active: bool, clock=time.time):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log"))
+        self.file: SegmentFile | None = SegmentFile(self.log_path)
+        self.size = os.fstat(self.file.fileno()).st_size
+        self.index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, ".index")),
+                                 base_offset, index_max_bytes, writable=active)
+        self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, ".timeindex")),
+                                    base_offset, index_max_bytes, writable=active)
+        self._index_max_bytes = index_max_bytes
+        self.next_offset = base_offset  # last offset + 1
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.bytes_since_last_index_entry = 0
+        self.first_batch_timestamp: int | None = None  # for segment.ms rolls; -1 when entries carry none
+        self.created_ms = int(clock() * 1000)
+        self.active = active
+        self.flushed = True  # nothing written since the last fsync
+
+    # ---- opening ------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, directory: str, base_offset: int, *, index_max_bytes: int,
+               index_interval_bytes: int, clock=time.time) -> LogSegment:
+        for suffix in (".log", ".index", ".timeindex"):
+            path = os.path.join(directory, segment_file_name(base_offset, suffix))
+            if os.path.exists(path):
+                os.unlink(path)
+        return cls(directory, base_offset, index_max_bytes=index_max_bytes,
+                   index_interval_bytes=index_interval_bytes, active=True, clock=clock)
+
+    def load_trusted(self) -> bool:
+        """Open without re-reading the log: sanity-check the indexes (rebuilding a bad one) and find
+        the next offset by scanning from the last index entry. False if the log tail does not end
+        on an entry boundary (the caller should then ``recover``)."""
+        try:
+            self.index.sanity_check(self.size)
+            self._check_last_index_entry()
+            last_pos = self.index.last_entry()[1]
+            end, last_offset, count = last_pos, None, 0
+            for info in self.iter_entries(last_pos):
+                end = info.position + info.size
+                last_offset = info.last_offset
+                count += 1
+            if end != self.size:
+                return False
+            self.next_offset = self.base_offset if last_offset is None else last_offset + 1
+            self.time_index.sanity_check(self.next_offset)
+        except CorruptIndexError as exc:
+            log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
+            return False
+        last = self.time_index.last_entry()
+        if last is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last
+        elif self.size:
+            # No time index entry: the segment is small; read its entries for the max timestamp.
+            for info in self.iter_entries(0):
+                if info.max_timestamp > self.max_timestamp:
+                    self.max_timestamp, self.offset_of_max_timestamp = info.max_timestamp, info.last_offset
+        self.bytes_since_last_index_entry = self.size - last_pos
+        return True
+
+    def _check_last_index_entry(self) -> None:
+        if not self.index.entries:
+            return
+        offset, position = self.index.last_entry()
+        header = os.pread(self.file.fileno(), _MAX_ENTRY_HEADER, position)
+        size = entry_size_at(header, 0)
+        if size is None or size < _MIN_ENTRY or len(header) < min(size, _MAX_ENTRY_HEADER) \
+                or header[16] > 2 or read_entry(header, 0).last_offset != offset:
+            raise CorruptIndexError(f"{self.index.path}: last entry does not point at offset {offset}")
+
+    def recover(self, *, check_crc: bool = True) -> RecoveryResult:
+        """Re-read the whole ``.log``: check sizes, magic, offsets and CRCs, truncate at the first bad
+        or partial entry, rebuild both indexes. Returns what was kept and cut."""
+        self.index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.bytes_since_last_index_entry = 0
+        self.first_batch_timestamp = None
+        position, entries, reason = 0, 0, None
+        size = self.size
+        if size:
+            mm = mmap.mmap(self.file.fileno(), size, access=mmap.ACCESS_READ)
+            try:
+                prev_last = self.base_offset - 1
+                while position < size:
+                    reason = _entry_problem(mm, position, size, prev_last, self.base_offset)
+                    if reason is not None:
+                        break
+                    info = read_entry(mm, position)
+                    if check_crc and not entry_crc_valid(mm, position, info.size):
+                        reason = f"CRC mismatch in entry at offset {info.base_offset}"
+                        break
+                    self._index_entry(info.position, info.size, info.last_offset, info.max_timestamp,
+                                      info.last_offset)
+                    prev_last = info.last_offset
+                    position += info.size
+                    entries += 1
+            finally:
+                mm.close()
+            self.next_offset = prev_last + 1
+        truncated = size - position
+        if truncated:
+            os.ftruncate(self.file.fileno(), position)
+            self.size = position
+        if not self.active:
+            self.seal()
+        self.flushed = not truncated
+        return RecoveryResult(position, truncated, entries, reason)
+
+    # ---- appending ----------------------------------------------------------------------------
+    def append(self, data, *, first_offset: int, last_offset: int, max_timestamp: int,
+               offset_of_max_timestamp: int) -> None:
+        """Write entries whose offsets are assigned (first_offset >= next_offset) and index them."""
+        position = self.size
+        n = len(data)
+        fd = self.file.fileno()
+        view = memoryview(data)
+        written = 0
+        while written < n:
+            written += os.pwrite(fd, view[written:], position + written)
+        view.release()
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = max_timestamp
+        if entry_size_at(data, 0) == n:  # one entry: the common case
+            self._index_entry(position, n, last_offset, max_timestamp, offset_of_max_timestamp)
+        else:
+            for info in scan_entries(data):
+                precise = info.max_timestamp == max_timestamp and \
+                    info.base_offset <= offset_of_max_timestamp <= info.last_offset
+                self._index_entry(position + info.position, info.size, info.last_offset,
+                                  info.max_timestamp, offset_of_max_timestamp if precise else info.last_offset)
+        self.size = position + n
+        self.next_offset = last_offset + 1
+        self.flushed = False
+
+    def _index_entry(self, position: int, size: int, last_offset: int, max_timestamp: int,
+                     offset_of_max_timestamp: int) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            if not self.index.is_full:
+                self.index.append(last_offset, position)
+            if self.max_timestamp >= 0:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += size
+
+    def can_hold(self, offset: int) -> bool:
+        return offset - self.base_offset <= _INT32_MAX
+
+    @property
+    def indexes_full(self) -> bool:
+        return self.index.is_full or self.time_index.is_full
+
+    def seal(self) -> None:
+        """No more appends: record the final max timestamp and trim the indexes to their entries."""
+        if self.max_timestamp >= 0 and not self.time_index.is_full:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.active = False
+
+    def flush(self) -> None:
+        if self.file is not None:
+            os.fsync(self.file.fileno())
+        self.index.flush()
+        self.time_index.flush()
+        self.flushed = True
+
+    # ---- reading ------------------------------------------------------------------------------
+    def iter_entries(self, position: int, end: int | None = None) -> Iterator[EntryInfo]:
+        """Headers of the whole entries in ``[position, end)``, read in chunks (record bytes are
+        skipped, not read); stops at a trailing partial entry. Positions are file positions."""
+        end = self.size if end is None else min(end, self.size)
+        fd = self.file.fileno()
+        while end - position >= LOG_OVERHEAD:
+            buf = os.pread(fd, min(_SCAN_CHUNK, end - position), position)
+            n, off = len(buf), 0
+            while n - off >= LOG_OVERHEAD:
+                size = entry_size_at(buf, off)
+                if size < _MIN_ENTRY:
+                    raise ValueError(f"{self.log_path}: impossible entry size {size} at {position + off}")
+                if n - off < min(size, _MAX_ENTRY_HEADER) or position + off + size > end:
+                    break
+                yield read_entry(buf, off)._replace(position=position + off)
+                off += size
+            if off == 0:
+                return  # the entry at `position` is partial
+            position += off
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> EntryInfo | None:
+        """First entry whose last offset >= ``offset`` (index floor lookup, then header scan)."""
+        _, position = self.index.lookup(offset)
+        for info in self.iter_entries(max(position, start_position)):
+            if info.last_offset >= offset:
+                return info
+        return None
+
+    def end_position_within(self, start: int, limit: int) -> tuple[int, EntryInfo | None]:
+        """Largest entry boundary <= ``limit`` at or after ``start`` (``start`` is a boundary),
+        and the last entry ending there (None if it was not scanned)."""
+        if limit >= self.size:
+            return self.size, None
+        _, position = self.index.lookup_position(limit)
+        position = max(position, start)
+        last = None
+        for info in self.iter_entries(position, limit):
+            position, last = info.position + info.size, info
+        return position, last
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> EntryInfo | None:
+        """First entry whose max timestamp >= ``timestamp`` and last offset >= ``start_offset``."""
+        before = self.time_index.lookup_before(timestamp)
+        offset = max(before[1] if before else self.base_offset, start_offset)
+        _, position = self.index.lookup(offset)
+        for info in self.iter_entries(position):
+            if info.max_timestamp >= timestamp and info.last_offset >= start_offset:
+                return info
+        return None
+
+    def largest_timestamp(self) -> int:
+        """Max timestamp for retention, or the file's mtime when entries carry none (v0)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+    def read_first_batch_timestamp(self) -> None:
+        if self.first_batch_timestamp is None and self.size:
+            for info in self.iter_entries(0):
+                self.first_batch_timestamp = info.max_timestamp
+                break
+
+    # ---- truncation and removal ---------------------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Drop entries whose last offset >= ``offset``; returns the bytes removed."""
+        info = self.translate_offset(offset)
+        if info is None:
+            return 0
+        position = info.position
+        removed = self.size - position
+        self.index.truncate_to_offset(offset)
+        self.time_index.truncate_to_offset(offset)
+        if self.active:
+            self.index.resize(self._index_max_bytes)
+            self.time_index.resize(self._index_max_bytes)
+        os.ftruncate(self.file.fileno(), position)
+        self.size = position
+        # Recompute state from what is left (bounded: the tail after the last index entry).
+        last_pos = self.index.last_entry()[1]
+        self.next_offset = self.base_offset
+        for entry in self.iter_entries(0 if position == 0 else last_pos):
+            self.next_offset = entry.last_offset + 1
+        self.bytes_since_last_index_entry = position - last_pos
+        last = self.time_index.last_entry()
+        self.max_timestamp, self.offset_of_max_timestamp = last if last else (-1, self.base_offset)
+        for entry in self.iter_entries(last_pos):
+            if entry.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = entry.max_timestamp, entry.last_offset
+        if position == 0:
+            self.first_batch_timestamp = None
+        self.flushed = False
+        return removed
+
+    def make_active(self) -> None:
+        self.index.resize(self._index_max_bytes)
+        self.time_index.resize(self._index_max_bytes)
+        self.active = True
+
+    def close(self) -> None:
+        """Trim indexes and let the ``.log`` descriptor go (regions in flight keep it open)."""
+        if self.file is None:
+            return
+        if self.active:
+            if self.max_timestamp >= 0 and not self.time_index.is_full:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.index.trim_to_valid_size()
+            self.time_index.trim_to_valid_size()
+        self.index.close()
+        self.time_index.close()
+        self.file = None
+
+    def delete(self) -> None:
+        """Remove the files (a region in flight still reads through its open descriptor)."""
+        self.index.delete()
+        self.time_index.delete()
+        self.file = None
+        try:
+            os.unlink(self.log_path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
+
+
+def _entry_problem(buf, position: int, end: int, prev_last: int, base_offset: int) -> str | None:
+    """Why the entry at ``position`` cannot be trusted, or None."""
+    remaining = end - position
+    if remaining < LOG_OVERHEAD:
+        return f"partial entry header ({remaining} bytes) at position {position}"
+    size = entry_size_at(buf, position)
+    if size < _MIN_ENTRY:
+        return f"impossible entry size {size} at position {position}"
+    if size > remaining:
+        return f"partial entry at position {position}: {size} bytes declared, {remaining} present"
+    magic = buf[position + 16]
+    if magic > 2 or (magic == 2 and size < V2_HEADER_SIZE) or (magic == 1 and size < LOG_OVERHEAD + 22):
+        return f"invalid magic {magic} / size {size} at position {position}"
+    info = read_entry(buf, position)
+    if info.base_offset <= prev_last or info.last_offset < info.base_offset:
+        return f"offsets {info.base_offset}..{info.last_offset} do not follow {prev_last} at position {position}"
+    if info.last_offset - base_offset > _INT32_MAX:
+        return f"offset {info.last_offset} too far from the segment base {base_offset}"
+    return None
