@@ -35,6 +35,18 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
 
 
+def log_config_banner(config, config_file: str | None) -> None:
+    """The startup banner: where config came from, each non-default setting with its source,
+    then the whole effective configuration on one line (as Kafka logs its KafkaConfig values)."""
+    from minibroker import __version__
+
+    log = logging.getLogger("minibroker.config")
+    log.info("minibroker %s starting; config file: %s", __version__, config_file or "none (embedded defaults)")
+    for key, value in sorted(config.non_default().items()):
+        log.info("  %s = %s  (from %s)", key, value, config.source_of(key))
+    log.info("effective config: %s", ", ".join(f"{k}={v}" for k, v in sorted(config.effective().items())))
+
+
 def choose_event_loop(name: str) -> None:
     """``auto``: uvloop when importable; ``asyncio``: the default loop; ``uvloop``: required."""
     if name == "asyncio":
@@ -76,9 +88,7 @@ def cmd_serve(args) -> int:
     except (ConfigError, OSError) as e:
         print(f"minibroker: configuration error: {e}", file=sys.stderr)
         return 2
-    log = logging.getLogger("minibroker.config")
-    for line in config.banner_lines():
-        log.info("%s", line)
+    log_config_banner(config, args.config_file)
     choose_event_loop(args.loop)
     try:
         asyncio.run(run_broker(config))

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 
 def start_services(broker) -> None:
-    """Create the coordinators a broker owns (groups, producer ids, fetch sessions)."""
-    return None
+    """Create what the handlers ask besides the logs: replicas, producer ids, fetch sessions."""
+    from minibroker.coordinator.producer_state import ProducerIdAllocator
+    from minibroker.fetch_sessions import FetchSessionCache
+    from minibroker.replica_manager import ReplicaManager
+
+    broker.replicas = ReplicaManager(broker)
+    broker.on_close(broker.replicas.write_snapshots)
+    broker.producer_ids = ProducerIdAllocator(os.path.abspath(broker.config.data_dir))
+    broker.fetch_sessions = FetchSessionCache(broker.config["max.incremental.fetch.session.cache.slots"])

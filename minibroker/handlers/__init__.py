@@ -7,6 +7,11 @@ import importlib
 HANDLER_MODULES = (
     "api_versions",
     "metadata",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "offset_for_leader_epoch",
+    "init_producer_id",
 )
 
 

@@ -22,7 +22,7 @@ from minibroker.topic_names import is_internal, validate_topic_name
 def topic_metadata(broker, name: str, info) -> Struct:
     node = broker.node_id
     return Struct(
-        error_code=0, name=name, topic_id=info.topic_id, is_internal=is_internal(name),
+        error_code=0, name=name, topic_id=info.id, is_internal=is_internal(name),
         partitions=[Struct(error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
                            replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
                     for p in range(info.partitions)],
@@ -46,7 +46,7 @@ def handle_metadata(broker, header, request):
     out = []
     for name, topic_id in wanted:
         if name is None:
-            name = broker.logs.topic_name_for_id(topic_id) if topic_id and topic_id != ZERO_UUID else None
+            name = broker.logs.topic_name(topic_id) if topic_id and topic_id != ZERO_UUID else None
             if name is None:
                 out.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id or ZERO_UUID))
                 continue

@@ -31,6 +31,10 @@ class Handler:
 HANDLERS: dict[int, Handler] = {}
 
 
+class CloseConnection(Exception):
+    """Raised by a handler to drop the connection without an answer (acks=0 produce errors)."""
+
+
 def handles(api_key: int, versions: tuple[int, int]):
     """Register ``fn`` as the handler of ``api_key`` for the inclusive version range ``versions``."""
     lo, hi = versions

@@ -37,7 +37,8 @@ class Broker:
         self.connections: set[KafkaConnection] = set()
         self.logs = None  # LogManager, set in start()
         self.groups = None  # group coordinator
-        self.producers = None  # producer id allocation / idempotence
+        self.replicas = None  # ReplicaManager: appends, reads, producer state
+        self.producer_ids = None
         self.fetch_sessions = None
         self.bound: list[Endpoint] = []
         self.advertised: list[Endpoint] = []
@@ -56,7 +57,7 @@ class Broker:
         from minibroker.storage import LogManager
 
         load_handlers()
-        log_dirs = self.config.log_dirs
+        log_dirs = [self.config.data_dir]
         for d in log_dirs:
             os.makedirs(d, exist_ok=True)
         self.logs = LogManager(log_dirs, self.config, self.node_id)
@@ -64,14 +65,14 @@ class Broker:
         self._start_services()
         max_request = self.config["socket.request.max.bytes"]
         loop = asyncio.get_running_loop()
-        for name, host, port in self.config.listeners:
+        for name, host, port in self.config.listener_endpoints():
             server = await loop.create_server(lambda: KafkaConnection(self, max_request),
                                               host or None, port, reuse_address=True, backlog=1024)
             self._servers.append(server)
             sock_port = server.sockets[0].getsockname()[1]
             self.bound.append(Endpoint(name, host, sock_port))
         self.advertised = self._advertised_endpoints()
-        self.logs.start_background_tasks()
+        self.logs.start_retention()
         self.started_at = time.time()
         self.ready.set()
         log.info("minibroker ready: node %d, cluster %s, listening on %s (advertised %s), data in %s, "
@@ -80,6 +81,12 @@ class Broker:
                  ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in self.advertised),
                  ", ".join(log_dirs), (time.perf_counter() - t0) * 1000)
 
+    def validate_topic_configs(self, configs: dict) -> dict:
+        from minibroker.config import validate_topic_configs
+
+        validate_topic_configs(configs)
+        return {k: v for k, v in configs.items() if v is not None}
+
     def _start_services(self) -> None:
         """Coordinators and caches beside the log; each module is optional until it exists."""
         from minibroker.services import start_services
@@ -87,17 +94,15 @@ class Broker:
         start_services(self)
 
     def _advertised_endpoints(self) -> list[Endpoint]:
-        configured = self.config.advertised_listeners
-        if not configured:
-            configured = self.config.listeners
+        configured = self.config.advertised_endpoints()
         out = []
         bound_by_name = {e.listener: e for e in self.bound}
         for name, host, port in configured:
             bound = bound_by_name.get(name)
             if port == 0 and bound is not None:
                 port = bound.port
-            if not host or host == "0.0.0.0" or host == "::":
-                host = socket.getfqdn() if host else "localhost"
+            if not host or host in ("0.0.0.0", "::"):
+                host = socket.getfqdn()  # as Kafka advertises a wildcard listener: the host's name
             out.append(Endpoint(name, host, port))
         return out
 

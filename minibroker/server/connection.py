@@ -29,7 +29,7 @@ import time
 from minibroker.errors import ProtocolViolation
 from minibroker.file_region import FileRegion
 from minibroker.handlers.api_versions import unsupported_version_body
-from minibroker.handlers.registry import HANDLERS
+from minibroker.handlers.registry import HANDLERS, CloseConnection
 from minibroker.protocol import codec
 
 log = logging.getLogger("minibroker.server")
@@ -171,10 +171,12 @@ class KafkaConnection(asyncio.Protocol):
             return self._violation(f"undecodable {handler.name} v{version}: {e}")
         try:
             result = handler.fn(self.broker, header, request)
+        except CloseConnection as e:
+            return self._violation(f"{handler.name}: {e}")
         except Exception:
             log.exception("%s v%d handler failed; closing %s", handler.name, version, self.peer)
             return self.close()
-        if handler.is_async:
+        if handler.is_async or asyncio.iscoroutine(result):  # sync handlers may defer (long-poll)
             self._busy = True
             self._task = asyncio.ensure_future(self._finish_async(header, result, started))
         else:
@@ -185,6 +187,9 @@ class KafkaConnection(asyncio.Protocol):
             response = await awaitable
         except asyncio.CancelledError:
             raise
+        except CloseConnection as e:
+            self._violation(str(e))
+            return
         except Exception:
             log.exception("%s v%d handler failed; closing %s",
                           codec.API_NAMES.get(header.api_key), header.api_version, self.peer)

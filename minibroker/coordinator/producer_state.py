@@ -1,0 +1,209 @@
+"""Idempotent producers: per-partition sequence state, and producer id allocation.
+
+``ProducerStateTable`` is owned by one partition (through the ReplicaManager) and mutated
+only on the event loop between validation and append, with no await in between. It keeps,
+per producer id, the epoch and the last five batches' (first seq, last seq, first offset,
+last offset), as Kafka does, and decides per incoming batch: new and in sequence, duplicate
+of a cached batch (DUPLICATE_SEQUENCE_NUMBER with the original offset), out of order (45),
+fenced epoch (47) or unknown producer (59). Batches with producer id -1 are not idempotent
+(kafka-python and aiokafka send sequence 0 then) and are never checked.
+
+Snapshots: ``<20-digit offset>.snapshot`` beside the segments in Kafka's producer snapshot
+format (version 1): int16 version, uint32 CRC-32C of the rest, int32 count, then per
+producer: int64 id, int16 epoch, int32 last sequence, int64 last offset, int32 offset delta,
+int64 timestamp, int32 coordinator epoch, int64 current txn first offset. The offset in the
+name is the log end offset the snapshot covers; the log after it is replayed on load.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+
+import crc32c
+
+from minibroker.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("minibroker.producers")
+
+MAX_CACHED_BATCHES = 5
+NO_PRODUCER_ID = -1
+INT32_MAX = 2**31 - 1
+
+_SNAP_HEADER = struct.Struct(">hI")
+_SNAP_COUNT = struct.Struct(">i")
+_SNAP_ENTRY = struct.Struct(">qhiqiqiq")
+SNAPSHOT_VERSION = 1
+
+
+@dataclass
+class BatchMeta:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int = -1
+
+
+@dataclass
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_CACHED_BATCHES))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+
+def next_sequence(seq: int) -> int:
+    return 0 if seq == INT32_MAX else seq + 1
+
+
+class ProducerStateTable:
+    """Sequence state of every idempotent producer writing to one partition."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> BatchMeta | None:
+        """Validate one batch before it is appended.
+
+        Returns the cached metadata of an identical earlier batch (a duplicate the caller answers
+        with its original offset), or None when the batch is new and may be appended.
+        Raises KafkaError for fenced, out-of-order or unknown producers.
+        """
+        if producer_id == NO_PRODUCER_ID:
+            return None
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            if first_seq != 0:
+                raise KafkaError(ErrorCode.UNKNOWN_PRODUCER_ID,
+                                 f"Found no record of producerId={producer_id} on the broker")
+            return None
+        if epoch < entry.epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                             f"Epoch {epoch} of producer {producer_id} is older than {entry.epoch}")
+        if epoch > entry.epoch:
+            if first_seq != 0:
+                raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                 f"Invalid sequence {first_seq} for new epoch {epoch} of producer {producer_id}")
+            return None
+        for meta in entry.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        if first_seq != next_sequence(entry.last_seq):
+            raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                             f"Out of order sequence number for producer {producer_id}: {first_seq} "
+                             f"(incoming seq. number), {entry.last_seq} (current end sequence number)")
+        return None
+
+    def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
+               first_offset: int, last_offset: int, timestamp: int = -1) -> None:
+        """Remember an appended batch (after ``check`` said it was new)."""
+        if producer_id == NO_PRODUCER_ID:
+            return
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = ProducerEntry(producer_id, epoch)
+            self.producers[producer_id] = entry
+        entry.batches.append(BatchMeta(first_seq, last_seq, first_offset, last_offset, timestamp))
+
+    def active(self) -> list[tuple[int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, last offset, last timestamp) for DescribeProducers."""
+        out = []
+        for entry in self.producers.values():
+            if entry.batches:
+                last = entry.batches[-1]
+                out.append((entry.producer_id, entry.epoch, last.last_seq, last.last_offset, last.timestamp))
+        return out
+
+    # -- snapshots -------------------------------------------------------------------------------
+
+    def write_snapshot(self, directory: str, end_offset: int) -> str:
+        body = bytearray(_SNAP_COUNT.pack(len(self.producers)))
+        for entry in self.producers.values():
+            if not entry.batches:
+                continue
+            last = entry.batches[-1]
+            body += _SNAP_ENTRY.pack(entry.producer_id, entry.epoch, last.last_seq, last.last_offset,
+                                     last.last_offset - last.first_offset, last.timestamp, -1, -1)
+        count = (len(body) - 4) // _SNAP_ENTRY.size
+        _SNAP_COUNT.pack_into(body, 0, count)
+        data = _SNAP_HEADER.pack(SNAPSHOT_VERSION, crc32c.crc32c(body)) + bytes(body)
+        path = os.path.join(directory, f"{end_offset:020d}.snapshot")
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for old in snapshot_files(directory):
+            if old[0] < end_offset:
+                os.unlink(old[1])
+        return path
+
+    @classmethod
+    def read_snapshot(cls, path: str) -> ProducerStateTable:
+        with open(path, "rb") as f:
+            data = f.read()
+        version, crc = _SNAP_HEADER.unpack_from(data, 0)
+        body = memoryview(data)[_SNAP_HEADER.size:]
+        if version != SNAPSHOT_VERSION or crc32c.crc32c(body) != crc:
+            raise ValueError(f"{path}: bad producer snapshot (version {version} or CRC)")
+        (count,) = _SNAP_COUNT.unpack_from(body, 0)
+        if 4 + count * _SNAP_ENTRY.size != len(body):
+            raise ValueError(f"{path}: producer snapshot size does not match its count")
+        table = cls()
+        for i in range(count):
+            pid, epoch, last_seq, last_offset, delta, ts, _coord, _txn = _SNAP_ENTRY.unpack_from(
+                body, 4 + i * _SNAP_ENTRY.size)
+            first_seq = last_seq - delta if last_seq >= delta else 0
+            table.record(pid, epoch, first_seq, last_seq, last_offset - delta, last_offset, ts)
+        return table
+
+
+def snapshot_files(directory: str) -> list[tuple[int, str]]:
+    out = []
+    for path in glob.glob(os.path.join(directory, "*.snapshot")):
+        stem = os.path.basename(path)[: -len(".snapshot")]
+        if stem.isdigit():
+            out.append((int(stem), path))
+    return sorted(out)
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids, unique across restarts: blocks reserved in a file at the log dir root.
+
+    File ``producer-id-block`` holds the first id not yet reserved; a block of ``BLOCK`` ids is
+    reserved (file rewritten) before any id of it is handed out, as Kafka's controller does.
+    """
+
+    BLOCK = 1000
+
+    def __init__(self, log_dir: str) -> None:
+        self.path = os.path.join(log_dir, "producer-id-block")
+        self.next_id = 0
+        self.block_end = 0
+        try:
+            with open(self.path) as f:
+                self.block_end = self.next_id = int(f.read().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            pass
+
+    def allocate(self) -> int:
+        if self.next_id >= self.block_end:
+            self.block_end = self.next_id + self.BLOCK
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(f"{self.block_end}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        pid = self.next_id
+        self.next_id += 1
+        return pid

@@ -1,0 +1,212 @@
+"""Fetch: v0-v17.
+
+Behaviour: for each requested partition, the log finds the first entry whose last offset >=
+the fetch offset and hands back a file region, bounded by the partition's and the response's
+max bytes, the first entry of the response always whole (KIP-74). Record bytes go from the
+segment file to the socket with sendfile. When fewer than ``min_bytes`` are ready the request
+waits, woken by appends (not by timers), until ``max_wait_ms``. Full responses list exactly the
+requested partitions (empty ones with zero-length records, never null); fetch sessions
+(KIP-227, v7+) answer incremental requests with only the partitions that changed.
+High watermark = last stable offset = log end offset (one node, no open transactions);
+preferred read replica -1; topic ids on v13+ (UNKNOWN_TOPIC_ID for unknown ones).
+Version notes: v0-v3 cannot read magic 2, so their batches are down-converted (magic 0 for
+v0-v1, magic 1 for v2-v3), which copies them through Python: old clients pay for it.
+Gaps: aborted transactions are always empty (no transactions); no follower fetching.
+"""
+
+from __future__ import annotations
+
+import time
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionPartition
+from minibroker.handlers.leader_epochs import check_current_leader_epoch
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+from minibroker.protocol.declarations import ZERO_UUID
+
+EMPTY = b""
+
+
+def _magic_for_version(version: int) -> int:
+    return 0 if version <= 1 else 1 if version <= 3 else 2
+
+
+class FetchPlan:
+    """The partitions one Fetch reads, in response order, and how to read them."""
+
+    def __init__(self, broker, header, request):
+        self.broker = broker
+        self.version = header.api_version
+        self.request = request
+        self.session_id = 0
+        self.error_code = 0
+        self.incremental = False
+        self.session = None
+        # [(topic name or None, topic_id, [(partition, fetch_offset, max_bytes, leader_epoch)])]
+        self.topics: list = []
+        self.unknown_ids: dict[bytes, list[int]] = {}
+
+    def name_of(self, topic) -> tuple[str | None, bytes]:
+        if self.version >= 13:
+            name = self.broker.logs.topic_name(topic.topic_id)
+            return name, topic.topic_id
+        info = self.broker.logs.topics.get(topic.topic)
+        return topic.topic, (info.id if info is not None else ZERO_UUID)
+
+    def build(self) -> None:
+        req = self.request
+        cache = self.broker.fetch_sessions
+        if self.version < 7 or (req.session_id == 0 and req.session_epoch == FINAL_EPOCH):
+            self._full(None)
+            return
+        if req.session_epoch == FINAL_EPOCH:
+            cache.remove(req.session_id)
+            self._full(None)
+            return
+        if req.session_epoch == INITIAL_EPOCH:
+            if req.session_id:
+                cache.remove(req.session_id)
+            session = cache.create()
+            self._full(session)
+            if session is not None:
+                self.session_id = session.id
+            return
+        session = cache.get(req.session_id)
+        if session is None:
+            self.error_code = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+            return
+        if session.epoch != req.session_epoch:
+            self.error_code = ErrorCode.INVALID_FETCH_SESSION_EPOCH
+            return
+        session.epoch = session.epoch + 1 if session.epoch < 0x7FFFFFFF else 1
+        self.session, self.session_id, self.incremental = session, session.id, True
+        for topic in req.topics:
+            name, topic_id = self.name_of(topic)
+            if name is None:
+                self.unknown_ids.setdefault(topic_id, []).extend(p.partition for p in topic.partitions)
+                continue
+            for p in topic.partitions:
+                session.partitions[(name, p.partition)] = SessionPartition(topic_id, p.fetch_offset,
+                                                                           p.partition_max_bytes)
+        for forgotten in req.forgotten_topics_data:
+            name = (self.broker.logs.topic_name(forgotten.topic_id) if self.version >= 13
+                    else forgotten.topic)
+            for partition in forgotten.partitions:
+                session.partitions.pop((name, partition), None)
+        grouped: dict[str, tuple[bytes, list]] = {}
+        for (name, partition), sp in session.partitions.items():
+            grouped.setdefault(name, (sp.topic_id, []))[1].append((partition, sp.fetch_offset, sp.max_bytes, -1))
+        self.topics = [(name, tid, parts) for name, (tid, parts) in grouped.items()]
+
+    def _full(self, session) -> None:
+        for topic in self.request.topics:
+            name, topic_id = self.name_of(topic)
+            if name is None:
+                self.unknown_ids.setdefault(topic_id, []).extend(p.partition for p in topic.partitions)
+                continue
+            parts = [(p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+                     for p in topic.partitions]
+            self.topics.append((name, topic_id, parts))
+            if session is not None:
+                for p in topic.partitions:
+                    session.partitions[(name, p.partition)] = SessionPartition(topic_id, p.fetch_offset,
+                                                                               p.partition_max_bytes)
+
+    def keys(self) -> list[tuple[str, int]]:
+        return [(name, p[0]) for name, _, parts in self.topics for p in parts]
+
+
+def _partition(index, error=0, hw=-1, log_start=-1, records=EMPTY, committed=False) -> Struct:
+    return Struct(partition_index=index, error_code=int(error), high_watermark=hw, last_stable_offset=hw,
+                  log_start_offset=log_start, aborted_transactions=[] if committed else None,
+                  preferred_read_replica=-1, records=records)
+
+
+def read_partitions(plan: FetchPlan) -> tuple[list, int]:
+    """Read every planned partition once; returns (topic responses, record bytes found)."""
+    replicas = plan.broker.replicas
+    version = plan.version
+    magic = _magic_for_version(version)
+    committed = plan.request.isolation_level == 1
+    budget = plan.request.max_bytes if version >= 3 else 0x7FFFFFFF
+    total = 0
+    responses = []
+    for name, topic_id, parts in plan.topics:
+        out = []
+        for partition, fetch_offset, max_bytes, leader_epoch in parts:
+            try:
+                plog = replicas.get_log(name, partition)
+            except KafkaError as e:
+                out.append(_partition(partition, e.code, committed=committed))
+                continue
+            hw, log_start = plog.high_watermark, plog.log_start_offset
+            records = EMPTY
+            try:
+                check_current_leader_epoch(leader_epoch)
+                limit = min(max_bytes, budget)
+                if limit > 0 or total == 0:
+                    fetched = plog.read(fetch_offset, max(limit, 0), min_one_entry=(total == 0))
+                    region = fetched.region
+                    if region is not None and region.size:
+                        records = region
+                        if magic < 2:
+                            from minibroker.records import down_convert
+
+                            records = down_convert(region.read(), magic)
+                        total += len(records)
+                        budget -= len(records)
+            except KafkaError as e:
+                out.append(_partition(partition, e.code, hw, log_start, committed=committed))
+                continue
+            sp = plan.session.partitions.get((name, partition)) if plan.session is not None else None
+            if plan.incremental and sp is not None:
+                changed = len(records) or sp.high_watermark != hw or sp.log_start_offset != log_start
+                sp.high_watermark, sp.log_start_offset = hw, log_start
+                if not changed:
+                    continue
+            elif plan.session is not None and sp is not None:
+                sp.high_watermark, sp.log_start_offset = hw, log_start
+            out.append(_partition(partition, 0, hw, log_start, records, committed))
+        if out or not plan.incremental:
+            responses.append(Struct(topic=name, topic_id=topic_id, partitions=out))
+    for topic_id, partitions in plan.unknown_ids.items():
+        responses.append(Struct(topic=None, topic_id=topic_id, partitions=[
+            _partition(p, ErrorCode.UNKNOWN_TOPIC_ID, committed=committed) for p in partitions]))
+    return responses, total
+
+
+def _response(plan: FetchPlan, responses) -> Struct:
+    return Struct(throttle_time_ms=0, error_code=int(plan.error_code), session_id=plan.session_id,
+                  responses=responses, node_endpoints=[])
+
+
+def _any_error(responses) -> bool:
+    return any(p.error_code for t in responses for p in t.partitions)
+
+
+async def _long_poll(plan: FetchPlan, deadline: float, min_bytes: int, responses, total):
+    replicas = plan.broker.replicas
+    keys = plan.keys()
+    while total < min_bytes:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not await replicas.wait_for_append(keys, remaining):
+            break
+        responses, total = read_partitions(plan)
+        if _any_error(responses):
+            break
+    return _response(plan, responses)
+
+
+@handles(1, (0, 17))
+def handle_fetch(broker, header, request):
+    plan = FetchPlan(broker, header, request)
+    plan.build()
+    if plan.error_code:
+        return _response(plan, [])
+    responses, total = read_partitions(plan)
+    min_bytes = max(request.min_bytes, 0)
+    if total >= min_bytes or request.max_wait_ms <= 0 or not plan.topics or _any_error(responses):
+        return _response(plan, responses)
+    deadline = time.monotonic() + request.max_wait_ms / 1000
+    return _long_poll(plan, deadline, min_bytes, responses, total)

@@ -1,0 +1,56 @@
+"""ListOffsets: v0-v10.
+
+Behaviour: -2 earliest = log start offset, -1 latest = log end offset (= last stable offset,
+no transactions), -3 max timestamp (v7+) = the entry holding the largest timestamp, -4 earliest
+local (v8+) = log start offset, -5 last tiered (v9+) = -1 (no tiered storage); any other
+timestamp finds the first offset whose timestamp is >= it through the time indexes, or -1.
+v0 answers with an array of offsets (one, for the one asked). Leader epoch 0 in answers (v4+).
+"""
+
+from __future__ import annotations
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.leader_epochs import LEADER_EPOCH, check_current_leader_epoch
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def lookup(plog, timestamp: int, version: int) -> tuple[int, int]:
+    """(timestamp, offset) answered for a target timestamp."""
+    if timestamp == LATEST:
+        return -1, plog.log_end_offset
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, plog.log_start_offset
+    if timestamp == LATEST_TIERED:
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.max_timestamp_entry()
+        return (found[1], found[0]) if found is not None else (-1, -1)
+    if timestamp < 0:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {timestamp}")
+    found = plog.offset_for_timestamp(timestamp)
+    return (found[1], found[0]) if found is not None else (-1, -1)
+
+
+@handles(2, (0, 10))
+def handle_list_offsets(broker, header, request):
+    version = header.api_version
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            try:
+                check_current_leader_epoch(p.current_leader_epoch)
+                plog = broker.replicas.get_log(topic.name, p.partition_index)
+                ts, offset = lookup(plog, p.timestamp, version)
+                partitions.append(Struct(partition_index=p.partition_index, error_code=0,
+                                         old_style_offsets=[offset] if offset >= 0 and p.max_num_offsets else [],
+                                         timestamp=ts, offset=offset,
+                                         leader_epoch=LEADER_EPOCH if offset >= 0 else -1))
+            except KafkaError as e:
+                partitions.append(Struct(partition_index=p.partition_index, error_code=int(e.code),
+                                         old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1))
+        topics.append(Struct(name=topic.name, partitions=partitions))
+    return Struct(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,90 @@
+"""pytest plugin: a running minibroker as a fixture, registered through the ``pytest11`` entry point.
+
+Fixtures:
+- ``minibroker`` (session scope): one broker for the whole run, with ``.bootstrap_servers``,
+  ``.create_topic(name, partitions=1, config=None)``, ``.delete_topic``, ``.produce``, ``.consume``,
+  ``.restart()``, ``.data_dir`` (see ``minibroker.testing.BrokerRunner``);
+- ``minibroker_factory`` (function scope): ``minibroker_factory(overrides=None, mode=None)`` starts
+  more brokers with their own config; all are stopped and their data removed after the test.
+
+Options (command line, or the ini keys of the same name with ``_`` for ``-``):
+- ``--minibroker-mode thread|process``: in-process on a background event-loop thread (default,
+  fastest), or a subprocess (for tests that kill or restart it);
+- ``--minibroker-override key=value`` (repeatable; ini ``minibroker_overrides``, one per line).
+The broker's log is attached to the report of a failing test that used one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from minibroker.testing import BrokerRunner
+
+_LOG_SECTION = "minibroker log"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("minibroker")
+    group.addoption("--minibroker-mode", choices=("thread", "process"), default=None,
+                    help="run the minibroker fixture in-process (thread, default) or as a subprocess")
+    group.addoption("--minibroker-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="broker config override for the minibroker fixtures (repeatable)")
+    parser.addini("minibroker_mode", "thread or process", default="thread")
+    parser.addini("minibroker_overrides", "broker config overrides, KEY=VALUE per line", type="linelist",
+                  default=[])
+
+
+def _settings(config) -> tuple[str, dict[str, str]]:
+    mode = config.getoption("--minibroker-mode") or config.getini("minibroker_mode") or "thread"
+    overrides: dict[str, str] = {}
+    for item in list(config.getini("minibroker_overrides")) + list(config.getoption("--minibroker-override")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise pytest.UsageError(f"minibroker override {item!r} is not KEY=VALUE")
+        overrides[key.strip()] = value.strip()
+    return mode, overrides
+
+
+@pytest.fixture(scope="session")
+def minibroker(request):
+    """A broker running for the whole test session."""
+    mode, overrides = _settings(request.config)
+    runner = BrokerRunner(overrides, mode=mode)
+    runner.start()
+    request.config.stash.setdefault(_RUNNERS, []).append(runner)
+    yield runner
+    runner.cleanup()
+    request.config.stash[_RUNNERS].remove(runner)
+
+
+@pytest.fixture
+def minibroker_factory(request):
+    """Start brokers with custom config: ``minibroker_factory({"num.partitions": "3"})``."""
+    mode_default, base = _settings(request.config)
+    started: list[BrokerRunner] = []
+
+    def start(overrides: dict[str, str] | None = None, *, mode: str | None = None,
+              data_dir: str | None = None) -> BrokerRunner:
+        runner = BrokerRunner({**base, **(overrides or {})}, mode=mode or mode_default, data_dir=data_dir)
+        started.append(runner)
+        request.config.stash.setdefault(_RUNNERS, []).append(runner)
+        return runner.start()
+
+    yield start
+    for runner in started:
+        runner.cleanup()
+        request.config.stash[_RUNNERS].remove(runner)
+
+
+_RUNNERS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when in ("setup", "call"):
+        for runner in item.config.stash.get(_RUNNERS, []):
+            text = runner.log_text()
+            if text:
+                report.sections.append((f"{_LOG_SECTION} ({runner.bootstrap_servers})", text[-20000:]))

@@ -1,0 +1,26 @@
+"""Shared fixtures. The broker fixtures themselves come from minibroker's pytest plugin
+(``minibroker``, ``minibroker_factory``), exactly as a user's project gets them."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+
+import pytest
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def topic_name(request) -> str:
+    """A topic name no other test uses (the session broker is shared)."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
+    return f"t{next(_names)}-{base}"
+
+
+@pytest.fixture(scope="session")
+def kcat() -> str:
+    path = shutil.which("kcat") or shutil.which("kafkacat")
+    if path is None:
+        pytest.skip("kcat is not installed (Debian package kcat; .ci/run installs it)")
+    return path
