@@ -12,6 +12,7 @@ HANDLER_MODULES = (
     "list_offsets",
     "offset_for_leader_epoch",
     "init_producer_id",
+    "create_topics",
 )
 
 

@@ -1,0 +1,72 @@
+"""CreateTopics: v0-v7.
+
+Behaviour: this broker is the controller, so topics are created at once and ``timeout_ms`` only
+bounds nothing (as in KRaft, where the request completes when the records are committed). Each
+topic is checked on its own (topic_admin.check_new_topic): illegal name or a '.'/'_' collision 17,
+exists 36, partitions 37 (-1 = ``num.partitions``), replication factor 38 (-1 =
+``default.replication.factor``; more than one broker is impossible), replica assignment 39 (every
+partition on broker ``node.id``, contiguous indexes, and then partitions and replication factor
+must be -1, else 42), configs 40. A name given twice gets 42 "Found multiple entries for this
+topic." for every entry. ``validate_only`` runs the same checks and answers as a real creation
+would, without creating anything.
+Version notes: v1+ validate_only and error_message; v2+ throttle time; v5+ the partition count,
+replication factor and every topic config with its source (as DescribeConfigs would give it);
+v7+ the topic id (a fresh random one for validate-only, as the controller does).
+Gaps: no CreateTopicPolicy (POLICY_VIOLATION 44 is never returned), no quotas (89).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from minibroker.config import describe_topic_configs
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+from minibroker.protocol.declarations import ZERO_UUID
+from minibroker.topic_admin import check_new_topic, topic_id_of
+
+
+def _error(name: str, code: int, message: str | None) -> Struct:
+    return Struct(name=name, topic_id=ZERO_UUID, error_code=int(code), error_message=message,
+                  topic_config_error_code=0, num_partitions=-1, replication_factor=-1, configs=[])
+
+
+def _config_entries(broker, overrides: dict) -> list[Struct]:
+    return [Struct(name=e.name, value=e.value, read_only=e.read_only, config_source=int(e.source),
+                   is_sensitive=e.sensitive)
+            for e in describe_topic_configs(broker.config, overrides, include_synonyms=False,
+                                            include_documentation=False)]
+
+
+@handles(19, (0, 7))
+def handle_create_topics(broker, header, request):
+    validate_only = bool(request.validate_only)
+    counts: dict[str, int] = {}
+    for t in request.topics:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    results = []
+    for t in request.topics:
+        if counts[t.name] > 1:
+            continue
+        configs = {c.name: c.value for c in t.configs}
+        try:
+            if len(configs) != len(t.configs):
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate config keys in the request.")
+            new = check_new_topic(broker, t.name, t.num_partitions, t.replication_factor, configs,
+                                  t.assignments)
+            if validate_only:
+                topic_id = uuid.uuid4().bytes
+            else:
+                topic_id = topic_id_of(broker.logs.create_topic(new.name, new.partitions, new.configs))
+        except KafkaError as e:
+            results.append(_error(t.name, e.code, e.message))
+            continue
+        results.append(Struct(name=t.name, topic_id=topic_id, error_code=0, error_message=None,
+                              topic_config_error_code=0, num_partitions=new.partitions,
+                              replication_factor=new.replication_factor,
+                              configs=_config_entries(broker, new.configs)))
+    for name, n in counts.items():
+        if n > 1:
+            results.append(_error(name, ErrorCode.INVALID_REQUEST, "Found multiple entries for this topic."))
+    return Struct(throttle_time_ms=0, topics=results)
