@@ -111,6 +111,12 @@ class _MmapIndex:
         os.close(self._fd)
         self._fd = -1
 
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
     def delete(self) -> None:
         self.close()
         try:
@@ -192,6 +198,10 @@ class OffsetIndex(_MmapIndex):
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries whose offset >= ``offset``."""
         self.entries = self._largest_lower_bound(offset - self.base_offset, 0, strict=True) + 1
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries whose position >= ``position``."""
+        self.entries = self._largest_lower_bound(position, 1, strict=True) + 1
 
     def sanity_check(self, log_size: int) -> None:
         """Cheap checks (no full scan): size a whole number of entries, last entry inside the log."""

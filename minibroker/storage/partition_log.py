@@ -513,20 +513,14 @@ class PartitionLog:
         self._epoch_entries = entries
 
     def truncate_to(self, offset: int) -> int:
-        """Remove every entry whose last offset >= ``offset`` (a straddling batch goes whole).
-        Returns the new log end offset. For tests and tools; a single node never needs it."""
+        """Remove every entry whose last offset >= ``offset`` (a straddling batch goes whole); at or
+        below the log start offset the log is emptied and restarts at ``offset``. Returns the new
+        log end offset. For tests and tools; a single node never needs it."""
         self._check_open()
         if offset >= self._leo:
             return self._leo
-        if offset <= self._log_start and offset <= self._segments[0].base_offset:
-            for segment in self._segments:
-                segment.delete()
-            start = max(offset, 0)
-            self._segments = [LogSegment.create(self.directory, start, index_max_bytes=self._index_bytes,
-                                                index_interval_bytes=self._index_interval, clock=self._clock)]
-            self._bases = [start]
-            self._log_start = start
-            self._start_offset_changed()
+        if offset <= self._log_start:
+            self._truncate_fully(max(offset, 0))
         else:
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 self._segments.pop().delete()
@@ -535,10 +529,23 @@ class PartitionLog:
             if not segment.active:
                 segment.make_active()
             segment.truncate_to(offset)
+            if segment.next_offset < self._log_start:  # the batch holding the start offset went
+                self._truncate_fully(self._log_start)
         self._leo = self._segments[-1].next_offset
         self._recovery_point = min(self._recovery_point, self._leo)
         self._fix_epoch_entries()
         return self._leo
+
+    def _truncate_fully(self, start: int) -> None:
+        """Empty the log and restart it at ``start``."""
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [LogSegment.create(self.directory, start, index_max_bytes=self._index_bytes,
+                                            index_interval_bytes=self._index_interval, clock=self._clock)]
+        self._bases = [start]
+        self._log_start = start
+        self._leo = start
+        self._start_offset_changed()
 
     # ---- checkpoints and lifecycle --------------------------------------------------------------
     def write_leader_epoch_checkpoint(self) -> None:

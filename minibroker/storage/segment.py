@@ -327,8 +327,7 @@ class LogSegment:
             return 0
         position = info.position
         removed = self.size - position
-        self.index.truncate_to_offset(offset)
-        self.time_index.truncate_to_offset(offset)
+        self.index.truncate_to_position(position)
         if self.active:
             self.index.resize(self._index_max_bytes)
             self.time_index.resize(self._index_max_bytes)
@@ -337,8 +336,11 @@ class LogSegment:
         # Recompute state from what is left (bounded: the tail after the last index entry).
         last_pos = self.index.last_entry()[1]
         self.next_offset = self.base_offset
-        for entry in self.iter_entries(0 if position == 0 else last_pos):
+        if self.index.entries:
+            self.next_offset = self.index.last_entry()[0] + 1
+        for entry in self.iter_entries(last_pos):
             self.next_offset = entry.last_offset + 1
+        self.time_index.truncate_to_offset(self.next_offset)
         self.bytes_since_last_index_entry = position - last_pos
         last = self.time_index.last_entry()
         self.max_timestamp, self.offset_of_max_timestamp = last if last else (-1, self.base_offset)

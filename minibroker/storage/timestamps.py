@@ -86,6 +86,7 @@ def record_at_or_after(segment, info: EntryInfo, timestamp: int, min_offset: int
             if ts >= timestamp and offset >= min_offset:
                 return offset, ts
             pos = end
+        return None
     except Exception:  # undecodable records: answer at batch precision
         pass
     if max_ts >= timestamp and info.last_offset >= min_offset:
