@@ -13,6 +13,15 @@ HANDLER_MODULES = (
     "offset_for_leader_epoch",
     "init_producer_id",
     "create_topics",
+    "delete_topics",
+    "create_partitions",
+    "describe_configs",
+    "alter_configs",
+    "incremental_alter_configs",
+    "delete_records",
+    "describe_cluster",
+    "describe_log_dirs",
+    "describe_producers",
 )
 
 

@@ -1,0 +1,40 @@
+"""DescribeCluster: v0-v1.
+
+Behaviour: the cluster id, this broker (advertised host and port of the first listener, rack
+from ``broker.rack``) as the only broker and as controller id, as Metadata reports them. When
+asked, the cluster's authorized operations are every operation Kafka supports on the CLUSTER
+resource (no authorizer: everything is allowed).
+Version notes: v1 carries endpoint_type: 1 (brokers) is served; 2 (controllers) gets
+UNSUPPORTED_ENDPOINT_TYPE 115, as a broker listener answers it.
+Gaps: v2 (include_fenced_brokers) is not in our schema.
+"""
+
+from __future__ import annotations
+
+from minibroker.errors import ErrorCode
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+
+BROKER_ENDPOINT = 1
+# AclOperation codes Kafka supports on CLUSTER: CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
+# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+NOT_ASKED = -2147483648
+
+
+@handles(60, (0, 1))
+def handle_describe_cluster(broker, header, request):
+    endpoint_type = request.endpoint_type if header.api_version >= 1 else BROKER_ENDPOINT
+    if endpoint_type != BROKER_ENDPOINT:
+        return Struct(throttle_time_ms=0, error_code=int(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE),
+                      error_message="The broker does not support the requested endpoint type",
+                      endpoint_type=endpoint_type, cluster_id=broker.cluster_id, controller_id=-1, brokers=[])
+    endpoint = broker.endpoint_for()
+    return Struct(
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINT,
+        cluster_id=broker.cluster_id, controller_id=broker.node_id,
+        brokers=[Struct(broker_id=broker.node_id, host=endpoint.host, port=endpoint.port,
+                        rack=broker.config["broker.rack"])],
+        cluster_authorized_operations=CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
+        else NOT_ASKED,
+    )

@@ -1,0 +1,52 @@
+"""DescribeLogDirs: v0-v4.
+
+Behaviour: one result per configured log dir (absolute path, even when it holds nothing), each
+listing the asked partitions it holds (null topics = every partition) with their size in bytes
+(all segment files), offset lag 0 and is_future_key false (there are no future replicas). Asked
+partitions that do not exist are left out, as Kafka does.
+Version notes: v2+ flexible; v3+ top-level error code; v4+ total and usable bytes of the file
+system holding each dir.
+Gaps: a log dir is never reported offline (KAFKA_STORAGE_ERROR 56); a missing dir makes the
+sizes -1 instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from minibroker.errors import KafkaError
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+
+
+def _wanted(broker, topics):
+    infos = broker.logs.topics
+    if topics is None:
+        return [(name, p) for name, info in sorted(infos.items()) for p in range(info.partitions)]
+    return [(t.topic, p) for t in topics if t.topic in infos for p in t.partitions
+            if 0 <= p < infos[t.topic].partitions]
+
+
+@handles(35, (0, 4))
+def handle_describe_log_dirs(broker, header, request):
+    log_dirs = [os.path.abspath(d) for d in broker.logs.log_dirs]
+    by_dir: dict[str, dict[str, list[Struct]]] = {d: {} for d in log_dirs}
+    for topic, partition in _wanted(broker, request.topics):
+        try:
+            plog = broker.logs.get_log(topic, partition)
+        except KafkaError:
+            continue
+        d = os.path.dirname(os.path.abspath(plog.directory))
+        by_dir.setdefault(d, {}).setdefault(topic, []).append(
+            Struct(partition_index=partition, partition_size=plog.size_bytes, offset_lag=0, is_future_key=False))
+    results = []
+    for d, topics in by_dir.items():
+        try:
+            usage = shutil.disk_usage(d)
+            total, usable = usage.total, usage.free
+        except OSError:
+            total = usable = -1
+        results.append(Struct(error_code=0, log_dir=d, total_bytes=total, usable_bytes=usable,
+                              topics=[Struct(name=name, partitions=parts) for name, parts in topics.items()]))
+    return Struct(throttle_time_ms=0, error_code=0, results=results)

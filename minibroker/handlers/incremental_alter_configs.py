@@ -1,0 +1,140 @@
+"""IncrementalAlterConfigs: v0-v1.
+
+Behaviour: per resource, all-or-nothing, operations SET 0, DELETE 1, APPEND 2, SUBTRACT 3.
+- TOPIC: applied to the topic's overrides (APPEND/SUBTRACT on list keys only, starting from
+  the effective value; otherwise 40), validated (40), persisted and applied to the live logs.
+  Illegal name 17, unknown topic 3.
+- BROKER: applied to this broker's dynamic layer (name = node.id) or the cluster default (empty
+  name); only dynamic keys (42 otherwise); topics follow live as with AlterConfigs.
+- BROKER_LOGGER: SET a ``minibroker*`` or ``root`` Python logger to a Kafka level name (OFF,
+  FATAL, ERROR, WARN, INFO, DEBUG, TRACE); DELETE resets it to inherit (not allowed for root,
+  42); unknown logger or level 40; APPEND/SUBTRACT 42.
+A key given twice is 42, a null value for SET/APPEND/SUBTRACT 42, a resource given twice 42.
+``validate_only`` checks and changes nothing.
+Version notes: v1 flexible; nothing else differs.
+Gaps: dynamic broker values are not persisted across restarts (see alter_configs).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from minibroker.config import BROKER_CONFIGS, AlterOp, ConfigType, alter_topic_configs, format_value, parse_typed
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.alter_configs import (
+    result,
+    set_broker_layer,
+    set_topic_overrides,
+    unique_resources,
+)
+from minibroker.handlers.describe_configs import (
+    BROKER,
+    BROKER_LOGGER,
+    LOG_LEVELS,
+    ROOT_LOGGER,
+    TOPIC,
+    check_broker_name,
+    existing_topic,
+    logger_names,
+)
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+
+
+def _ops(resource) -> list[tuple[str, AlterOp, str | None]]:
+    ops, seen = [], set()
+    for c in resource.configs:
+        if c.name in seen:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+        seen.add(c.name)
+        try:
+            op = AlterOp(c.config_operation)
+        except ValueError:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"Unknown alter config operation: {c.config_operation}") from None
+        if op is not AlterOp.DELETE and c.value is None:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}")
+        ops.append((c.name, op, c.value))
+    return ops
+
+
+def _broker_layer(broker, per_broker: bool, ops) -> dict[str, str]:
+    layer = dict(broker.config.dynamic_values(cluster_default=not per_broker))
+    for name, op, value in ops:
+        spec = BROKER_CONFIGS.get(name)
+        if op is AlterOp.SET:
+            layer[name] = value
+        elif op is AlterOp.DELETE:
+            layer.pop(name, None)
+        else:
+            if spec is None or spec.type is not ConfigType.LIST:
+                verb = "append" if op is AlterOp.APPEND else "subtract"
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"Config value {verb} is not allowed for config key: {name}")
+            current = layer.get(name, format_value(spec.type, broker.config[name]) or "")
+            items = parse_typed(ConfigType.LIST, current)
+            changes = parse_typed(ConfigType.LIST, value)
+            if op is AlterOp.APPEND:
+                items += [c for c in changes if c not in items]
+            else:
+                items = [i for i in items if i not in changes]
+            layer[name] = ",".join(items)
+    return layer
+
+
+def _loggers(ops, validate_only: bool) -> None:
+    known = set(logger_names())
+    changes = []
+    for name, op, value in ops:
+        if name not in known:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Logger {name} does not exist!")
+        if op is AlterOp.SET:
+            level = (value or "").upper()
+            if level not in LOG_LEVELS:
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"Cannot set the log level of {name} to {value} as it is not a supported log "
+                                 f"level. Valid log levels are {', '.join(LOG_LEVELS)}")
+            changes.append((name, LOG_LEVELS[level]))
+        elif op is AlterOp.DELETE:
+            if name == ROOT_LOGGER:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Removing the log level of the root logger is not allowed")
+            changes.append((name, logging.NOTSET))
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"{op.name} operation is not allowed for the BROKER_LOGGER "
+                             "resource")
+    if not validate_only:
+        for name, level in changes:
+            (logging.getLogger() if name == ROOT_LOGGER else logging.getLogger(name)).setLevel(level)
+
+
+def _alter(broker, resource, validate_only: bool) -> None:
+    ops = _ops(resource)
+    rtype, name = resource.resource_type, resource.resource_name
+    if rtype == TOPIC:
+        info = existing_topic(broker, name)
+        set_topic_overrides(broker, name, alter_topic_configs(info.configs, ops), validate_only)
+    elif rtype == BROKER:
+        per_broker = check_broker_name(broker, name)
+        set_broker_layer(broker, per_broker, _broker_layer(broker, per_broker, ops), validate_only)
+    elif rtype == BROKER_LOGGER:
+        check_broker_name(broker, name)
+        _loggers(ops, validate_only)
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
+
+
+@handles(44, (0, 1))
+def handle_incremental_alter_configs(broker, header, request):
+    duplicates = unique_resources(request.resources)
+    responses = []
+    for resource in request.resources:
+        if (resource.resource_type, resource.resource_name) in duplicates:
+            responses.append(result(resource, ErrorCode.INVALID_REQUEST, "Duplicate resource."))
+            continue
+        try:
+            _alter(broker, resource, bool(request.validate_only))
+        except KafkaError as e:
+            responses.append(result(resource, e.code, e.message))
+        else:
+            responses.append(result(resource))
+    return Struct(throttle_time_ms=0, responses=responses)
