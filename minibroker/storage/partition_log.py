@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import shutil
+import struct
 import time
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -348,6 +349,15 @@ class PartitionLog:
         empty = FetchSlice(None, offset, leo, self._log_start, leo)
         if offset >= limit_offset:
             return empty
+        try:
+            return self._read(offset, max_bytes, min_one_entry, limit_offset, empty)
+        except (OSError, ValueError, struct.error) as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"reading {self._topic}-{self._partition} at {offset}: {exc}") from exc
+
+    def _read(self, offset: int, max_bytes: int, min_one_entry: bool, limit_offset: int,
+              empty: FetchSlice) -> FetchSlice:
+        leo = self._leo
         i = bisect.bisect_right(self._bases, offset) - 1
         info = None
         while i < len(self._segments):

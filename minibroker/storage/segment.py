@@ -88,6 +88,9 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log"))
+        self.indexes_missing = not (
+            os.path.exists(os.path.join(directory, segment_file_name(base_offset, ".index")))
+            and os.path.exists(os.path.join(directory, segment_file_name(base_offset, ".timeindex"))))
         self.file: SegmentFile | None = SegmentFile(self.log_path)
         self.size = os.fstat(self.file.fileno()).st_size
         self.index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, ".index")),
@@ -119,9 +122,12 @@ class LogSegment:
         """Open without re-reading the log: sanity-check the indexes (rebuilding a bad one) and find
         the next offset by scanning from the last index entry. False if the log tail does not end
         on an entry boundary (the caller should then ``recover``)."""
+        if self.indexes_missing and self.size:
+            log.warning("rebuilding the missing indexes of %s", self.log_path)
+            return False
         try:
             self.index.sanity_check(self.size)
-            self._check_last_index_entry()
+            self._check_index_samples()
             last_pos = self.index.last_entry()[1]
             end, last_offset, count = last_pos, None, 0
             for info in self.iter_entries(last_pos):
@@ -146,15 +152,25 @@ class LogSegment:
         self.bytes_since_last_index_entry = self.size - last_pos
         return True
 
-    def _check_last_index_entry(self) -> None:
-        if not self.index.entries:
+    def _check_index_samples(self, samples: int = 32) -> None:
+        """Check the last index entry and ``samples`` spread over the rest: each must point at an
+        entry header whose last offset is the indexed one. O(samples) preads, not a rescan."""
+        n = self.index.entries
+        if not n:
             return
-        offset, position = self.index.last_entry()
-        header = os.pread(self.file.fileno(), _MAX_ENTRY_HEADER, position)
-        size = entry_size_at(header, 0)
-        if size is None or size < _MIN_ENTRY or len(header) < min(size, _MAX_ENTRY_HEADER) \
-                or header[16] > 2 or read_entry(header, 0).last_offset != offset:
-            raise CorruptIndexError(f"{self.index.path}: last entry does not point at offset {offset}")
+        slots = sorted({n - 1, 0} | {i * n // samples for i in range(samples)})
+        previous = (-1, -1)
+        fd = self.file.fileno()
+        for slot in slots:
+            offset, position = self.index.entry(slot)
+            if offset <= previous[0] or position <= previous[1]:
+                raise CorruptIndexError(f"{self.index.path}: entry {slot} does not increase")
+            header = os.pread(fd, _MAX_ENTRY_HEADER, position)
+            size = entry_size_at(header, 0)
+            if size is None or size < _MIN_ENTRY or len(header) < min(size, _MAX_ENTRY_HEADER) \
+                    or header[16] > 2 or read_entry(header, 0).last_offset != offset:
+                raise CorruptIndexError(f"{self.index.path}: entry {slot} does not point at offset {offset}")
+            previous = (offset, position)
 
     def recover(self, *, check_crc: bool = True) -> RecoveryResult:
         """Re-read the whole ``.log``: check sizes, magic, offsets and CRCs, truncate at the first bad
