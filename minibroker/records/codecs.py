@@ -245,19 +245,24 @@ def _unlz4(data, magic: int, max_bytes: int) -> bytes:
 
 
 def _unzstd(data, max_bytes: int) -> bytes:
+    # Input is fed in slices small enough that even zstd's worst expansion (about 32768:1, RLE blocks)
+    # cannot overshoot the cap by more than the cap itself.
+    data = memoryview(bytes(data))
+    out = bytearray()
+    pos = 0
     try:
-        reader = _zstd.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
-        out = bytearray()
-        while True:
-            chunk = reader.read(min(_CHUNK, max_bytes - len(out) + 1))
-            if not chunk:
-                break
-            out += chunk
-            if len(out) > max_bytes:
-                raise _too_large("zstd", max_bytes)
-        if not out and data:
-            # a frame that decodes to nothing is fine, but garbage that decodes to nothing is not
-            _zstd.ZstdDecompressor().decompressobj().decompress(bytes(data))
+        while pos < len(data):
+            d = _zstd.ZstdDecompressor().decompressobj()
+            while not d.eof:
+                if pos >= len(data):
+                    raise _corrupt("zstd", "truncated frame")
+                step = max(1024, (max_bytes - len(out)) // 32768)
+                chunk = data[pos:pos + step]
+                pos += len(chunk)
+                out += d.decompress(chunk)
+                if len(out) > max_bytes:
+                    raise _too_large("zstd", max_bytes)
+            pos -= len(d.unused_data)
         return bytes(out)
     except KafkaError:
         raise

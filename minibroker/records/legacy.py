@@ -153,7 +153,7 @@ def message_records(buf, position: int = 0, *,
         for m in inner:
             out.append(_to_record(m, m.offset, m.timestamp, m.timestamp_type))
         return out
-    base = msg.offset - inner[-1].offset
+    base = 0 if msg.offset == 0 else msg.offset - inner[-1].offset  # 0: the producer left it unset
     log_append = msg.timestamp_type == TimestampType.LOG_APPEND_TIME
     for m in inner:
         if log_append:

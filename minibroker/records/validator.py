@@ -539,7 +539,8 @@ def _entry_records(ctx: _Ctx, e: _Entry, decode_values: bool) -> tuple[list[_Rec
             out.append(_Rec(m.offset, m.timestamp, _b(m.key), _b(m.value), (), m.magic, m.compression != 0,
                             m.crc_valid, m.timestamp_type))
         return out, None, None
-    base = msg.offset - inner[-1].offset
+    # a wrapper offset of 0 comes from clients (librdkafka, kafka-python) that leave it unset
+    base = 0 if msg.offset == 0 else msg.offset - inner[-1].offset
     if base < 0:
         raise _invalid(f"Found invalid wrapper offset in compressed v1 message set, wrapper offset '{msg.offset}' "
                        f"is less than the last inner message offset '{inner[-1].offset}' and it is not zero.")
