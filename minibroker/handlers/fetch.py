@@ -70,7 +70,7 @@ class FetchPlan:
             session = cache.create()
             self._full(session)
             if session is not None:
-                self.session_id = session.id
+                self.session, self.session_id = session, session.id
             return
         session = cache.get(req.session_id)
         if session is None:
@@ -87,8 +87,12 @@ class FetchPlan:
                 self.unknown_ids.setdefault(topic_id, []).extend(p.partition for p in topic.partitions)
                 continue
             for p in topic.partitions:
-                session.partitions[(name, p.partition)] = SessionPartition(topic_id, p.fetch_offset,
-                                                                           p.partition_max_bytes)
+                known = session.partitions.get((name, p.partition))
+                if known is None:
+                    session.partitions[(name, p.partition)] = SessionPartition(topic_id, p.fetch_offset,
+                                                                               p.partition_max_bytes)
+                else:  # keep what the client was last told, so an unchanged partition stays quiet
+                    known.fetch_offset, known.max_bytes = p.fetch_offset, p.partition_max_bytes
         for forgotten in req.forgotten_topics_data:
             name = (self.broker.logs.topic_name(forgotten.topic_id) if self.version >= 13
                     else forgotten.topic)
