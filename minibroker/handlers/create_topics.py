@@ -1,7 +1,7 @@
 """CreateTopics: v0-v7.
 
-Behaviour: this broker is the controller, so topics are created at once and ``timeout_ms`` only
-bounds nothing (as in KRaft, where the request completes when the records are committed). Each
+Behaviour: this broker is the controller, so topics are created at once and ``timeout_ms`` is
+never reached (as in KRaft, where the answer waits only for the metadata commit). Each
 topic is checked on its own (topic_admin.check_new_topic): illegal name or a '.'/'_' collision 17,
 exists 36, partitions 37 (-1 = ``num.partitions``), replication factor 38 (-1 =
 ``default.replication.factor``; more than one broker is impossible), replica assignment 39 (every

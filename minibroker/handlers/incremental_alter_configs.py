@@ -2,7 +2,7 @@
 
 Behaviour: per resource, all-or-nothing, operations SET 0, DELETE 1, APPEND 2, SUBTRACT 3.
 - TOPIC: applied to the topic's overrides (APPEND/SUBTRACT on list keys only, starting from
-  the effective value; otherwise 40), validated (40), persisted and applied to the live logs.
+  the override or else Kafka's topic default, as Kafka does; otherwise 40), validated (40), persisted and applied to the live logs.
   Illegal name 17, unknown topic 3.
 - BROKER: applied to this broker's dynamic layer (name = node.id) or the cluster default (empty
   name); only dynamic keys (42 otherwise); topics follow live as with AlterConfigs.
