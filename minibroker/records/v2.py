@@ -260,48 +260,80 @@ def scan_records(buf, start: int, end: int, expected_count: int) -> RecordScan:
     record iterator does: the records must fill the section exactly.
 
     Collects timestamp and offset deltas and the indexes of null-key records. Raises
-    ``RecordFormatError`` with Kafka's wording where it has one.
+    ``RecordFormatError`` with Kafka's wording where it has one. Single-byte varints (the common
+    case for lengths, deltas and header counts) are decoded inline: this loop is the cost of
+    validating a compressed batch (~0.5-1 us a record).
     """
     scan = RecordScan()
     ts_deltas = scan.timestamp_deltas
     off_deltas = scan.offset_deltas
+    nulls = scan.null_key_indexes
     pos = start
     try:
         for index in range(expected_count):
             if pos >= end:
                 raise RecordFormatError("Incorrect declared batch size, premature EOF reached")
-            length, pos = read_varint(buf, pos)
+            b = buf[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = read_varint(buf, pos)
             body_end = pos + length
             if length < 0 or body_end > end:
                 raise RecordFormatError(f"Invalid record size {length} at index {index}")
             p = pos + 1  # attributes, unused
-            ts_delta, p = read_varint(buf, p)
-            off_delta, p = read_varint(buf, p)
-            key_len, p = read_varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                ts_delta, p = read_varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                off_delta, p = read_varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                key_len, p = read_varint(buf, p)
             if key_len < 0:
                 if key_len != -1:
                     raise RecordFormatError(f"Invalid key length {key_len}")
-                scan.null_key_indexes.append(index)
+                nulls.append(index)
             else:
                 p += key_len
-            value_len, p = read_varint(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                value_len = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                value_len, p = read_varint(buf, p)
             if value_len > 0:
                 p += value_len
             elif value_len < -1:
                 raise RecordFormatError(f"Invalid value length {value_len}")
-            header_count, p = read_varint(buf, p)
-            if header_count < 0:
-                raise RecordFormatError(f"Found invalid number of record headers {header_count}")
-            for _ in range(header_count):
-                hk, p = read_varint(buf, p)
-                if hk < 0:
-                    raise RecordFormatError("Invalid negative header key size " + str(hk))
-                p += hk
-                hv, p = read_varint(buf, p)
-                if hv > 0:
-                    p += hv
-                elif hv < -1:
-                    raise RecordFormatError(f"Invalid header value length {hv}")
+            b = buf[p]
+            if b == 0:  # no headers
+                p += 1
+            else:
+                header_count, p = read_varint(buf, p)
+                if header_count < 0:
+                    raise RecordFormatError(f"Found invalid number of record headers {header_count}")
+                for _ in range(header_count):
+                    hk, p = read_varint(buf, p)
+                    if hk < 0:
+                        raise RecordFormatError("Invalid negative header key size " + str(hk))
+                    p += hk
+                    hv, p = read_varint(buf, p)
+                    if hv > 0:
+                        p += hv
+                    elif hv < -1:
+                        raise RecordFormatError(f"Invalid header value length {hv}")
             if p != body_end:
                 raise RecordFormatError(f"Invalid record size: expected to read {length} bytes in record "
                                         f"payload, but instead read {p - pos}")

@@ -37,6 +37,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 
 import crc32c
 
@@ -74,6 +75,14 @@ class AppendConfig:
     message_format_magic: int = 2  # the magic stored batches must have
     segment_bytes: int = 1 << 30  # segment.bytes: a whole append larger than this -> RECORD_LIST_TOO_LARGE
     deep_validation: bool = False  # walk uncompressed v2 records like Kafka does (slower)
+
+    @cached_property
+    def _fast_v2(self) -> bool:
+        """Whether an uncompressed v2 batch can take the header-only hot path under this config."""
+        return (self.message_format_magic == 2 and self.message_timestamp_type == "CreateTime"
+                and not self.compacted and not self.deep_validation
+                and self.compression_type in ("producer", "uncompressed")
+                and self.timestamp_before_max_ms >= _MAX_LONG and self.timestamp_after_max_ms >= _MAX_LONG)
 
 
 class AppendPath(str, Enum):
@@ -354,6 +363,10 @@ def validate_and_assign(records, *, next_offset: int, now_ms: int, config: Appen
     buf = memoryview(records)
     if buf.format != "B" or buf.ndim != 1:
         buf = buf.cast("B")
+    if len(buf) >= v2.HEADER_SIZE and buf[MAGIC_OFFSET] == 2 and is_from_client and config._fast_v2:
+        result = _hot_path(buf, next_offset, config, produce_version, leader_epoch)
+        if result is not None:
+            return result
     entries, valid_end = _frame(buf)
     trimmed = len(buf) - valid_end
     ctx = _Ctx(buf, config, now_ms, next_offset, leader_epoch, is_from_client)
@@ -414,6 +427,33 @@ def validate_and_assign(records, *, next_offset: int, now_ms: int, config: Appen
             return _assign_non_compressed(ctx, entries, valid_end, trimmed)
         return _rebuild(ctx, entries, trimmed, compressed_path=False)
     return _compressed(ctx, entries, valid_end, trimmed)
+
+
+def _hot_path(buf, next_offset: int, config: AppendConfig, produce_version: int,
+              leader_epoch: int) -> AppendResult | None:
+    """One uncompressed v2 batch from a client under a plain config: header checks, one CRC-32C, two
+    patches. Returns None to fall back to the general path (which also produces every error message)."""
+    (_, length, _, _, crc, attrs, last_delta, _, max_ts, pid, pepoch, base_seq, count) = _V2_FIELDS.unpack_from(buf, 0)
+    size = LOG_OVERHEAD + length
+    if (size != len(buf) or attrs & (v2.COMPRESSION_MASK | v2.TIMESTAMP_TYPE_MASK | v2.CONTROL_MASK)
+            or count <= 0 or count != last_delta + 1 or count * v2.MIN_RECORD_SIZE > size - v2.HEADER_SIZE
+            or (pid >= 0 and base_seq < 0) or size > config.max_message_bytes or size > config.segment_bytes
+            or crc32c.crc32c(buf[v2.ATTRIBUTES_OFFSET:]) != crc):
+        return None
+    data = buf if not buf.readonly else bytearray(buf)
+    _PATCH_OFFSET.pack_into(data, 0, next_offset)
+    _PATCH_EPOCH.pack_into(data, v2.PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+    last = next_offset + last_delta
+    last_seq = NO_SEQUENCE if base_seq == NO_SEQUENCE else v2.increment_sequence(base_seq, last_delta)
+    return AppendResult(
+        data, next_offset, last, max_ts, last, -1, count, AppendPath.IN_PLACE,
+        [BatchFacts(pid, pepoch, base_seq, last_seq, next_offset, last, bool(attrs & v2.TRANSACTIONAL_MASK), False,
+                    count, max_ts)],
+        [EntryInfo(0, size, 2, next_offset, last, max_ts, count)])
+
+
+_PATCH_OFFSET = struct.Struct(">q")
+_PATCH_EPOCH = struct.Struct(">i")
 
 
 def _first_and_maybe_only(entries: list[_Entry], source: Compression) -> _Entry:
