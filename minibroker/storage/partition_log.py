@@ -31,6 +31,8 @@ __all__ = ["FetchSlice", "PartitionLog"]
 
 log = logging.getLogger(__name__)
 
+_NEVER = 2**63 - 1  # Kafka's default for flush.messages / flush.ms
+
 
 class FetchSlice(NamedTuple):
     """What a read found: a region of whole entries (None when there is nothing to send) and the
@@ -278,9 +280,10 @@ class PartitionLog:
             self.write_leader_epoch_checkpoint()
         self._unflushed_messages += record_count if record_count > 0 else last_offset - first_offset + 1
         if self._unflushed_messages >= self._flush_messages or \
-                self._now_ms() - self._last_flush_ms >= self._flush_ms:
+                (self._flush_ms < _NEVER and self._now_ms() - self._last_flush_ms >= self._flush_ms):
             self.flush()
-        self._notify()
+        if self._listeners:
+            self._notify()
 
     def _should_roll(self, segment: LogSegment, size: int, last_offset: int, max_timestamp: int) -> bool:
         if segment.size + size > self._segment_bytes or segment.indexes_full or not segment.can_hold(last_offset):

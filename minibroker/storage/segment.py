@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import struct
 import time
 from typing import Iterator, NamedTuple
 
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1
 _SCAN_CHUNK = 16384
+_FIRST_CHUNK = 8192
+_OVERHEAD = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
 _MIN_ENTRY = LOG_OVERHEAD + 14
 _MAX_ENTRY_HEADER = V2_HEADER_SIZE
 
@@ -219,11 +223,11 @@ class LogSegment:
         position = self.size
         n = len(data)
         fd = self.file.fileno()
-        view = memoryview(data)
-        written = 0
-        while written < n:
-            written += os.pwrite(fd, view[written:], position + written)
-        view.release()
+        written = os.pwrite(fd, data, position)
+        if written < n:
+            with memoryview(data) as view:
+                while written < n:
+                    written += os.pwrite(fd, view[written:], position + written)
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = max_timestamp
         if entry_size_at(data, 0) == n:  # one entry: the common case
@@ -294,24 +298,59 @@ class LogSegment:
             position += off
 
     def translate_offset(self, offset: int, start_position: int = 0) -> EntryInfo | None:
-        """First entry whose last offset >= ``offset`` (index floor lookup, then header scan)."""
+        """First entry whose last offset >= ``offset`` (index floor lookup, then header scan).
+
+        The hot path of every fetch: the scan reads headers in chunks and decodes only the
+        offset, size, magic and (v2) last offset delta of each entry it steps over."""
         _, position = self.index.lookup(offset)
-        for info in self.iter_entries(max(position, start_position)):
-            if info.last_offset >= offset:
-                return info
+        position = max(position, start_position)
+        end = self.size
+        fd = self.file.fileno()
+        unpack_overhead, unpack_delta = _OVERHEAD.unpack_from, _I32.unpack_from
+        while end - position >= LOG_OVERHEAD:
+            buf = os.pread(fd, min(_FIRST_CHUNK, end - position), position)
+            n, off = len(buf), 0
+            while n - off >= _MAX_ENTRY_HEADER:
+                base, length = unpack_overhead(buf, off)
+                size = LOG_OVERHEAD + length
+                if size < _MIN_ENTRY:
+                    raise ValueError(f"{self.log_path}: impossible entry size {size} at {position + off}")
+                last = base + unpack_delta(buf, off + 23)[0] if buf[off + 16] == 2 else base
+                if last >= offset:
+                    break
+                off += size
+            found = n - off >= _MAX_ENTRY_HEADER
+            at_file_end = n == end - position and 0 <= n - off
+            if found or at_file_end or off == 0:
+                # Decode the found entry, or finish short tail entries (v0/v1 under 61 bytes), the
+                # general way.
+                for info in self.iter_entries(position + off):
+                    if info.last_offset >= offset:
+                        return info
+                return None
+            position += off
         return None
 
     def end_position_within(self, start: int, limit: int) -> tuple[int, EntryInfo | None]:
-        """Largest entry boundary <= ``limit`` at or after ``start`` (``start`` is a boundary),
-        and the last entry ending there (None if it was not scanned)."""
+        """Largest entry boundary <= ``limit`` at or after ``start`` (``start`` is a boundary)."""
         if limit >= self.size:
             return self.size, None
         _, position = self.index.lookup_position(limit)
         position = max(position, start)
-        last = None
-        for info in self.iter_entries(position, limit):
-            position, last = info.position + info.size, info
-        return position, last
+        fd = self.file.fileno()
+        unpack_overhead = _OVERHEAD.unpack_from
+        while limit - position >= LOG_OVERHEAD:
+            buf = os.pread(fd, min(_SCAN_CHUNK, limit - position), position)
+            n, off = len(buf), 0
+            while n - off >= LOG_OVERHEAD:
+                size = LOG_OVERHEAD + unpack_overhead(buf, off)[1]
+                if size < _MIN_ENTRY:
+                    raise ValueError(f"{self.log_path}: impossible entry size {size} at {position + off}")
+                if position + off + size > limit:
+                    return position + off, None
+                off += size
+            position += off
+        return position, None
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> EntryInfo | None:
         """First entry whose max timestamp >= ``timestamp`` and last offset >= ``start_offset``."""

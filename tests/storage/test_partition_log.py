@@ -174,3 +174,22 @@ def test_truncate_to(plog):
     assert plog.log_end_offset == 0 and len(plog.segments) == 1
     append_v2(plog, [1])
     assert plog.read(0, 100).first_offset == 0
+
+
+def test_many_small_legacy_entries_every_offset(tmp_path, topic_id):
+    log = PartitionLog.create(str(tmp_path / "t-0"), "t", 0, topic_id,
+                              config(segment_bytes=3000, index_interval_bytes=100))
+    for i in range(60):
+        magic = i % 2
+        append(log, client_batch(log.log_end_offset, [1000 + i, 1001 + i, 1002 + i], magic=magic,
+                                 value=b"v" * (i % 7)))
+    append(log, v2_batch(log.log_end_offset, [5000]))
+    for offset in range(log.log_end_offset):
+        (entry,) = entries_of(log.read(offset, 1).region.read())
+        assert entry.base_offset <= offset <= entry.last_offset
+        assert len(entries_of(log.read(offset, 700).region.read())) >= 1
+    log.close()
+    reopened = PartitionLog.open(str(tmp_path / "t-0"), "t", 0, topic_id,
+                                 config(segment_bytes=3000, index_interval_bytes=100))
+    assert reopened.log_end_offset == 181
+    reopened.close()
