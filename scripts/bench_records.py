@@ -29,8 +29,11 @@ BIG = 64 * 1024 * 1024  # max.message.bytes for the benchmark, so 1 MiB batches 
 def make_batch(size: int, record_bytes: int, codec: Compression) -> bytes:
     n = max(1, size // (record_bytes + 10))
     # hex text of random bytes: every value different, compressible about 2x
-    return build_records(2, [(i, NOW + i, b"key-%d" % i, os.urandom(record_bytes // 2).hex().encode(), ())
-                             for i in range(n)], compression=codec)
+    return build_records(
+        2,
+        [(i, NOW + i, b"key-%d" % i, os.urandom(record_bytes // 2).hex().encode(), ()) for i in range(n)],
+        compression=codec,
+    )
 
 
 def best_time(fn, iterations: int, repeat: int) -> float:
@@ -50,31 +53,52 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
     sizes = args.size or [16 * 1024, 1024 * 1024]
-    print(f"{'case':<34} {'batch B':>9} {'records':>7} {'us/batch':>9} {'MB/s':>8} {'Mrec/s':>7} "
-          f"{'crc32c MB/s':>11} {'ratio':>6}  path")
+    print(
+        f"{'case':<34} {'batch B':>9} {'records':>7} {'us/batch':>9} {'MB/s':>8} {'Mrec/s':>7} "
+        f"{'crc32c MB/s':>11} {'ratio':>6}  path"
+    )
     for size in sizes:
-        cases = [("uncompressed, writable buffer", Compression.NONE, True, AppendConfig(max_message_bytes=BIG)),
-                 ("uncompressed, bytes (1 copy)", Compression.NONE, False, AppendConfig(max_message_bytes=BIG)),
-                 ("uncompressed, deep_validation", Compression.NONE, True, AppendConfig(deep_validation=True, max_message_bytes=BIG)),
-                 # LogAppendTime stamps the batch, so it needs fresh (read-only, copied) input each time
-                 ("uncompressed, LogAppendTime", Compression.NONE, False,
-                  AppendConfig(message_timestamp_type="LogAppendTime", max_message_bytes=BIG))]
-        cases += [(f"{codec}", codec, True, AppendConfig(max_message_bytes=BIG)) for codec in
-                  (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD)]
+        cases = [
+            ("uncompressed, writable buffer", Compression.NONE, True, AppendConfig(max_message_bytes=BIG)),
+            ("uncompressed, bytes (1 copy)", Compression.NONE, False, AppendConfig(max_message_bytes=BIG)),
+            (
+                "uncompressed, deep_validation",
+                Compression.NONE,
+                True,
+                AppendConfig(deep_validation=True, max_message_bytes=BIG),
+            ),
+            # LogAppendTime stamps the batch, so it needs fresh (read-only, copied) input each time
+            (
+                "uncompressed, LogAppendTime",
+                Compression.NONE,
+                False,
+                AppendConfig(message_timestamp_type="LogAppendTime", max_message_bytes=BIG),
+            ),
+        ]
+        cases += [
+            (f"{codec}", codec, True, AppendConfig(max_message_bytes=BIG))
+            for codec in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD)
+        ]
         for name, codec, writable, cfg in cases:
             batch = make_batch(size, args.record_bytes, codec)
             buf = bytearray(batch) if writable else batch
             n_records = int.from_bytes(batch[57:61], "big")
 
             if codec == Compression.NONE:
+
                 def run(buf=buf, cfg=cfg):
-                    return validate_and_assign(buf, next_offset=1000, now_ms=NOW, config=cfg, produce_version=9)
+                    return validate_and_assign(
+                        buf, next_offset=1000, now_ms=NOW, config=cfg, produce_version=9
+                    )
             else:
+
                 def run(buf=buf, cfg=cfg):
                     # in-place assignment wrote baseOffset 1000 into the buffer; a producer sends 0 (otherwise
                     # Kafka's rules rebuild the batch), so put it back first (~0.1 us)
                     ZERO.pack_into(buf, 0, 0)
-                    return validate_and_assign(buf, next_offset=1000, now_ms=NOW, config=cfg, produce_version=9)
+                    return validate_and_assign(
+                        buf, next_offset=1000, now_ms=NOW, config=cfg, produce_version=9
+                    )
 
             path = run().path
             # calibrate to ~0.1 s a round
@@ -84,9 +108,12 @@ def main(argv=None) -> int:
             crc_it = max(1, int(0.1 / max(best_time(lambda b=batch: crc32c.crc32c(b), 1, 3), 1e-8)))
             t_crc = best_time(lambda b=batch: crc32c.crc32c(b), crc_it, args.repeat)
             mbs = len(batch) / t / 1e6
-            print(f"{name + f' ({size // 1024} KiB)':<34} {len(batch):>9} {n_records:>7} {t * 1e6:>9.1f} "
-                  f"{mbs:>8.0f} {n_records / t / 1e6:>7.2f} {len(batch) / t_crc / 1e6:>11.0f} {t / t_crc:>6.1f}  "
-                  f"{path}")
+            print(
+                f"{name + f' ({size // 1024} KiB)':<34} {len(batch):>9} {n_records:>7} {t * 1e6:>9.1f} "
+                f"{mbs:>8.0f} {n_records / t / 1e6:>7.2f} {len(batch) / t_crc / 1e6:>11.0f} "
+                f"{t / t_crc:>6.1f}  "
+                f"{path}"
+            )
     return 0
 
 

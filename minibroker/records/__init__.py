@@ -20,18 +20,52 @@ from minibroker.records.codecs import Compression, compress, decompress, has_lz4
 from minibroker.records.control import ControlType, EndTxnMarker, build_end_txn_marker, parse_control_record
 from minibroker.records.convert import down_convert
 from minibroker.records.record import Record, TimestampType
-from minibroker.records.validator import AppendConfig, AppendPath, AppendResult, BatchFacts, validate_and_assign
+from minibroker.records.validator import (
+    AppendConfig,
+    AppendPath,
+    AppendResult,
+    BatchFacts,
+    validate_and_assign,
+)
 
 __all__ = [
-    "AppendConfig", "AppendPath", "AppendResult", "Batch", "BatchFacts", "Compression", "ControlType",
-    "EndTxnMarker", "EntryFormatError", "Record", "TimestampType", "build_end_txn_marker", "build_records",
-    "compress", "decompress", "down_convert", "framing", "has_lz4", "has_snappy", "has_zstd", "iter_batches",
-    "iter_records", "legacy", "parse_control_record", "v2", "validate_and_assign",
+    "AppendConfig",
+    "AppendPath",
+    "AppendResult",
+    "Batch",
+    "BatchFacts",
+    "Compression",
+    "ControlType",
+    "EndTxnMarker",
+    "EntryFormatError",
+    "Record",
+    "TimestampType",
+    "build_end_txn_marker",
+    "build_records",
+    "compress",
+    "decompress",
+    "down_convert",
+    "framing",
+    "has_lz4",
+    "has_snappy",
+    "has_zstd",
+    "iter_batches",
+    "iter_records",
+    "legacy",
+    "parse_control_record",
+    "v2",
+    "validate_and_assign",
 ]
 
 
-def build_records(magic: int, records, *, compression: int = Compression.NONE,
-                  timestamp_type: TimestampType = TimestampType.CREATE_TIME, **kw) -> bytes:
+def build_records(
+    magic: int,
+    records,
+    *,
+    compression: int = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    **kw,
+) -> bytes:
     """Encode records in any magic: ``records`` yields ``(offset, timestamp, key, value[, headers])``
     or ``Record``; v2 keywords (``base_offset``, ``producer_id``, ...) go to ``v2.build_batch``."""
     if magic == 2:
@@ -39,4 +73,6 @@ def build_records(magic: int, records, *, compression: int = Compression.NONE,
         if "base_offset" not in kw and rows:
             kw["base_offset"] = rows[0].offset if isinstance(rows[0], Record) else rows[0][0]
         return v2.build_batch(rows, compression=compression, timestamp_type=timestamp_type, **kw)
-    return legacy.build_message_set(magic, records, compression=compression, timestamp_type=timestamp_type, **kw)
+    return legacy.build_message_set(
+        magic, records, compression=compression, timestamp_type=timestamp_type, **kw
+    )

@@ -61,7 +61,9 @@ class Compression(IntEnum):
         try:
             return cls[name.upper()]
         except KeyError:
-            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression type {name!r}") from None
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression type {name!r}"
+            ) from None
 
 
 def has_snappy() -> bool:
@@ -88,8 +90,9 @@ def _corrupt(codec, exc) -> KafkaError:
 
 
 def _too_large(codec, max_bytes: int) -> KafkaError:
-    return KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                      f"{codec} payload inflates beyond the {max_bytes} byte limit")
+    return KafkaError(
+        ErrorCode.RECORD_LIST_TOO_LARGE, f"{codec} payload inflates beyond the {max_bytes} byte limit"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,8 +113,13 @@ def compress(codec: int, data, *, magic: int = 2, snappy_framing: str = "xerial"
             return _snappy.compress(bytes(data))
         return _xerial_compress(data)
     if codec == Compression.LZ4:
-        frame = _lz4f.compress(bytes(data), block_size=_lz4f.BLOCKSIZE_MAX64KB, block_linked=False,
-                               content_checksum=False, store_size=False)
+        frame = _lz4f.compress(
+            bytes(data),
+            block_size=_lz4f.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
         if magic == 0:
             frame = _lz4_set_header_checksum(bytearray(frame), broken=True)
         return bytes(frame)
@@ -129,7 +137,7 @@ def _xerial_compress(data) -> bytes:
     mv = memoryview(data)
     out = [_XERIAL_PREFIX.pack(_XERIAL_HEADER, 1, 1)]
     for start in range(0, len(mv), _XERIAL_BLOCK):
-        block = _snappy.compress(bytes(mv[start:start + _XERIAL_BLOCK]))
+        block = _snappy.compress(bytes(mv[start : start + _XERIAL_BLOCK]))
         out.append(struct.pack(">i", len(block)))
         out.append(block)
     return b"".join(out)
@@ -139,8 +147,7 @@ def _xerial_compress(data) -> bytes:
 # decompress
 
 
-def decompress(codec: int, data, *, magic: int = 2,
-               max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
+def decompress(codec: int, data, *, magic: int = 2, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
     """Inflate ``data``; never produce more than ``max_bytes`` (see the module docstring)."""
     codec = Compression(codec)
     _require(codec)
@@ -210,7 +217,7 @@ def _unsnappy(data, max_bytes: int) -> bytes:
             pos += 4
             if n < 0 or pos + n > len(data):
                 raise _corrupt("snappy", "xerial block runs past the end")
-            block = data[pos:pos + n]
+            block = data[pos : pos + n]
             pos += n
             if len(out) + _snappy_raw_length(block) > max_bytes:
                 raise _too_large("snappy", max_bytes)
@@ -257,7 +264,7 @@ def _unzstd(data, max_bytes: int) -> bytes:
                 if pos >= len(data):
                     raise _corrupt("zstd", "truncated frame")
                 step = max(1024, (max_bytes - len(out)) // 32768)
-                chunk = data[pos:pos + step]
+                chunk = data[pos : pos + step]
                 pos += len(chunk)
                 out += d.decompress(chunk)
                 if len(out) > max_bytes:
@@ -290,7 +297,7 @@ def xxh32(data, seed: int = 0) -> int:
         v = [(seed + _P1 + _P2) & _M32, (seed + _P2) & _M32, seed & _M32, (seed - _P1) & _M32]
         while i + 16 <= n:
             for j in range(4):
-                lane = int.from_bytes(data[i:i + 4], "little")
+                lane = int.from_bytes(data[i : i + 4], "little")
                 v[j] = (_rotl((v[j] + lane * _P2) & _M32, 13) * _P1) & _M32
                 i += 4
         acc = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M32
@@ -298,7 +305,7 @@ def xxh32(data, seed: int = 0) -> int:
         acc = (seed + _P5) & _M32
     acc = (acc + n) & _M32
     while i + 4 <= n:
-        acc = (_rotl((acc + int.from_bytes(data[i:i + 4], "little") * _P3) & _M32, 17) * _P4) & _M32
+        acc = (_rotl((acc + int.from_bytes(data[i : i + 4], "little") * _P3) & _M32, 17) * _P4) & _M32
         i += 4
     while i < n:
         acc = (_rotl((acc + data[i] * _P5) & _M32, 11) * _P1) & _M32

@@ -42,12 +42,26 @@ def parse_control_record(record: Record) -> EndTxnMarker | None:
     return EndTxnMarker(ControlType(ctype), epoch)
 
 
-def build_end_txn_marker(*, commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                         timestamp: int, base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
+def build_end_txn_marker(
+    *,
+    commit: bool,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    timestamp: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+) -> bytes:
     """One transactional control batch holding a COMMIT or ABORT marker."""
     key = _KEY.pack(0, ControlType.COMMIT if commit else ControlType.ABORT)
     value = _MARKER.pack(0, coordinator_epoch)
-    return v2.build_batch([(base_offset, timestamp, key, value, ())], base_offset=base_offset,
-                          timestamp_type=TimestampType.CREATE_TIME, producer_id=producer_id,
-                          producer_epoch=producer_epoch, is_transactional=True, is_control=True,
-                          partition_leader_epoch=partition_leader_epoch)
+    return v2.build_batch(
+        [(base_offset, timestamp, key, value, ())],
+        base_offset=base_offset,
+        timestamp_type=TimestampType.CREATE_TIME,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+        partition_leader_epoch=partition_leader_epoch,
+    )

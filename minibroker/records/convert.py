@@ -20,8 +20,13 @@ from minibroker.records.record import NO_TIMESTAMP, TimestampType
 __all__ = ["down_convert"]
 
 
-def down_convert(data, to_magic: int, *, first_offset: int = 0,
-                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
+def down_convert(
+    data,
+    to_magic: int,
+    *,
+    first_offset: int = 0,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> bytes:
     """Return ``data`` with every entry newer than ``to_magic`` (0 or 1) converted down.
 
     ``first_offset`` is the fetch offset: records below it in an *uncompressed* converted batch are
@@ -34,23 +39,30 @@ def down_convert(data, to_magic: int, *, first_offset: int = 0,
     try:
         for batch in iter_batches(mv):
             if batch.magic <= to_magic:
-                out.append(mv[batch.position:batch.position + batch.size])
+                out.append(mv[batch.position : batch.position + batch.size])
                 continue
             if batch.is_control:
                 continue
             if batch.compression == Compression.ZSTD:
-                raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                                 f"zstd-compressed data cannot be down-converted to magic {to_magic}")
+                raise KafkaError(
+                    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                    f"zstd-compressed data cannot be down-converted to magic {to_magic}",
+                )
             records = batch.records(max_decompressed_bytes=max_decompressed_bytes)
             if batch.compression == Compression.NONE:
                 records = [r for r in records if r.offset >= first_offset]
             if not records:
                 continue
             log_append = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
-            out.append(legacy.build_message_set(
-                to_magic, records, compression=batch.compression,
-                timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
-                log_append_time=batch.max_timestamp if log_append else NO_TIMESTAMP))
+            out.append(
+                legacy.build_message_set(
+                    to_magic,
+                    records,
+                    compression=batch.compression,
+                    timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
+                    log_append_time=batch.max_timestamp if log_append else NO_TIMESTAMP,
+                )
+            )
     except (EntryFormatError, legacy.LegacyFormatError, ValueError) as exc:
         if isinstance(exc, KafkaError):
             raise

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import crc32c
 

@@ -70,7 +70,11 @@ class Message:
     def timestamp_type(self) -> TimestampType:
         if self.magic == 0:
             return TimestampType.NO_TIMESTAMP_TYPE
-        return TimestampType.LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
+        return (
+            TimestampType.LOG_APPEND_TIME
+            if self.attributes & TIMESTAMP_TYPE_MASK
+            else TimestampType.CREATE_TIME
+        )
 
 
 def parse_message(buf, position: int, end: int | None = None) -> Message:
@@ -83,8 +87,9 @@ def parse_message(buf, position: int, end: int | None = None) -> Message:
     if position + size > end:
         raise LegacyFormatError(f"message at {position} runs past the end of its buffer")
     if length < RECORD_OVERHEAD_V0:
-        raise LegacyFormatError(f"Record size {length} is less than the minimum record overhead "
-                                f"({RECORD_OVERHEAD_V0})")
+        raise LegacyFormatError(
+            f"Record size {length} is less than the minimum record overhead ({RECORD_OVERHEAD_V0})"
+        )
     crc, magic, attributes = _HEAD.unpack_from(buf, position + CRC_OFFSET)
     if magic not in (0, 1):
         raise LegacyFormatError(f"Invalid magic found in record: {magic}")
@@ -110,11 +115,11 @@ def parse_message(buf, position: int, end: int | None = None) -> Message:
         else:
             if p + n > stop:
                 raise LegacyFormatError("key/value runs past the message")
-            fields.append(mv[p:p + n])
+            fields.append(mv[p : p + n])
             p += n
     if p != stop:
         raise LegacyFormatError(f"message at {position} has {stop - p} stray bytes after its value")
-    crc_valid = zlib.crc32(mv[position + MAGIC_OFFSET:stop]) == crc
+    crc_valid = zlib.crc32(mv[position + MAGIC_OFFSET : stop]) == crc
     return Message(position, offset, size, crc, magic, attributes, timestamp, fields[0], fields[1], crc_valid)
 
 
@@ -128,20 +133,26 @@ def iter_messages(buf, start: int = 0, end: int | None = None):
         pos += msg.size
 
 
-def inner_messages(wrapper: Message, *, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-                   ) -> tuple[bytes, list[Message]]:
+def inner_messages(
+    wrapper: Message,
+    *,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> tuple[bytes, list[Message]]:
     """Decompress a wrapper's value and parse the inner message set (not yet offset-adjusted)."""
     if wrapper.value is None:
         raise LegacyFormatError("compressed wrapper message has a null value")
-    inner = decompress(wrapper.compression, wrapper.value, magic=wrapper.magic, max_bytes=max_decompressed_bytes)
+    inner = decompress(
+        wrapper.compression, wrapper.value, magic=wrapper.magic, max_bytes=max_decompressed_bytes
+    )
     msgs = list(iter_messages(inner))
     if not msgs:
         raise LegacyFormatError("Found invalid compressed record set with no inner records")
     return inner, msgs
 
 
-def message_records(buf, position: int = 0, *,
-                    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> list[Record]:
+def message_records(
+    buf, position: int = 0, *, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> list[Record]:
     """The records of the v0/v1 entry at ``position``: itself, or its inner messages with the
     absolute offsets (and, for a LogAppendTime wrapper, the wrapper's timestamp) readers see."""
     msg = parse_message(buf, position)
@@ -164,9 +175,14 @@ def message_records(buf, position: int = 0, *,
 
 
 def _to_record(m: Message, offset: int, timestamp: int, ts_type: TimestampType) -> Record:
-    return Record(offset=offset, timestamp=timestamp, timestamp_type=ts_type,
-                  key=None if m.key is None else bytes(m.key),
-                  value=None if m.value is None else bytes(m.value), size=m.size)
+    return Record(
+        offset=offset,
+        timestamp=timestamp,
+        timestamp_type=ts_type,
+        key=None if m.key is None else bytes(m.key),
+        value=None if m.value is None else bytes(m.value),
+        size=m.size,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,13 +207,23 @@ def encode_message(magic: int, offset: int, timestamp: int, key, value, attribut
 
 def message_size(magic: int, key, value) -> int:
     """Bytes ``encode_message`` produces."""
-    return (LOG_OVERHEAD + (RECORD_OVERHEAD_V1 if magic == 1 else RECORD_OVERHEAD_V0)
-            + (len(key) if key is not None else 0) + (len(value) if value is not None else 0))
+    return (
+        LOG_OVERHEAD
+        + (RECORD_OVERHEAD_V1 if magic == 1 else RECORD_OVERHEAD_V0)
+        + (len(key) if key is not None else 0)
+        + (len(value) if value is not None else 0)
+    )
 
 
-def build_message_set(magic: int, records: Iterable, *, compression: int = Compression.NONE,
-                      timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-                      log_append_time: int = NO_TIMESTAMP, snappy_framing: str = "xerial") -> bytes:
+def build_message_set(
+    magic: int,
+    records: Iterable,
+    *,
+    compression: int = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    log_append_time: int = NO_TIMESTAMP,
+    snappy_framing: str = "xerial",
+) -> bytes:
     """Encode records as v0/v1 messages; compressed, as ONE wrapper.
 
     ``records`` yields ``(offset, timestamp, key, value)`` (absolute offsets; extra items such as
@@ -208,7 +234,9 @@ def build_message_set(magic: int, records: Iterable, *, compression: int = Compr
     """
     if magic not in (0, 1):
         raise ValueError(f"magic {magic} is not a legacy format")
-    rows = [(r.offset, r.timestamp, r.key, r.value) if isinstance(r, Record) else tuple(r)[:4] for r in records]
+    rows = [
+        (r.offset, r.timestamp, r.key, r.value) if isinstance(r, Record) else tuple(r)[:4] for r in records
+    ]
     if not rows:
         return b""
     codec = Compression(compression)
@@ -222,8 +250,9 @@ def build_message_set(magic: int, records: Iterable, *, compression: int = Compr
         return b"".join(encode_message(magic, o, ts, k, v, ts_attr) for o, ts, k, v in rows)
     first = rows[0][0]
     last = rows[-1][0]
-    inner = b"".join(encode_message(magic, (o - first) if magic == 1 else o, ts, k, v, ts_attr)
-                     for o, ts, k, v in rows)
+    inner = b"".join(
+        encode_message(magic, (o - first) if magic == 1 else o, ts, k, v, ts_attr) for o, ts, k, v in rows
+    )
     payload = compress(codec, inner, magic=magic, snappy_framing=snappy_framing)
     wrapper_ts = NO_TIMESTAMP
     if magic == 1:
@@ -239,12 +268,17 @@ def set_offset(buf, position: int, offset: int) -> None:
 def set_timestamp(buf, position: int, timestamp_type: TimestampType, timestamp: int) -> bool:
     """Set a v1 message's timestamp and type bit, recomputing its CRC; no-op if unchanged."""
     attrs = buf[position + ATTRIBUTES_OFFSET]
-    want = (attrs | TIMESTAMP_TYPE_MASK) if timestamp_type == TimestampType.LOG_APPEND_TIME else (
-        attrs & ~TIMESTAMP_TYPE_MASK)
+    want = (
+        (attrs | TIMESTAMP_TYPE_MASK)
+        if timestamp_type == TimestampType.LOG_APPEND_TIME
+        else (attrs & ~TIMESTAMP_TYPE_MASK)
+    )
     if want == attrs and _I64.unpack_from(buf, position + TIMESTAMP_OFFSET)[0] == timestamp:
         return False
     buf[position + ATTRIBUTES_OFFSET] = want
     _I64.pack_into(buf, position + TIMESTAMP_OFFSET, timestamp)
     size = LOG_OVERHEAD + _I32.unpack_from(buf, position + 8)[0]
-    _U32.pack_into(buf, position + CRC_OFFSET, zlib.crc32(memoryview(buf)[position + MAGIC_OFFSET:position + size]))
+    _U32.pack_into(
+        buf, position + CRC_OFFSET, zlib.crc32(memoryview(buf)[position + MAGIC_OFFSET : position + size])
+    )
     return True

@@ -168,7 +168,11 @@ class BatchHeader:
 
     @property
     def timestamp_type(self) -> TimestampType:
-        return TimestampType.LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
+        return (
+            TimestampType.LOG_APPEND_TIME
+            if self.attributes & TIMESTAMP_TYPE_MASK
+            else TimestampType.CREATE_TIME
+        )
 
     @property
     def is_transactional(self) -> bool:
@@ -189,7 +193,7 @@ class BatchHeader:
 
     def compute_crc(self) -> int:
         start = self.position + ATTRIBUTES_OFFSET
-        return crc32c.crc32c(memoryview(self.buf)[start:self.position + self.size])
+        return crc32c.crc32c(memoryview(self.buf)[start : self.position + self.size])
 
     def is_valid(self) -> bool:
         """Size at least a header, inside the buffer, and the stored CRC-32C matches."""
@@ -198,7 +202,7 @@ class BatchHeader:
 
     def records_bytes(self) -> memoryview:
         """The (maybe compressed) records section."""
-        return memoryview(self.buf)[self.position + RECORDS_OFFSET:self.position + self.size]
+        return memoryview(self.buf)[self.position + RECORDS_OFFSET : self.position + self.size]
 
     # -- setters -----------------------------------------------------------------------------
     def set_base_offset(self, base_offset: int) -> None:
@@ -216,7 +220,8 @@ class BatchHeader:
         """
         attrs = self.attributes
         if self.max_timestamp == max_timestamp and bool(attrs & TIMESTAMP_TYPE_MASK) == (
-                timestamp_type == TimestampType.LOG_APPEND_TIME):
+            timestamp_type == TimestampType.LOG_APPEND_TIME
+        ):
             return False
         if timestamp_type == TimestampType.LOG_APPEND_TIME:
             attrs |= TIMESTAMP_TYPE_MASK
@@ -231,8 +236,10 @@ class BatchHeader:
         _U32.pack_into(self.buf, self.position + CRC_OFFSET, self.compute_crc())
 
     def __repr__(self) -> str:
-        return (f"BatchHeader(base_offset={self.base_offset}, size={self.size}, count={self.record_count}, "
-                f"codec={self.compression}, attributes={self.attributes:#x})")
+        return (
+            f"BatchHeader(base_offset={self.base_offset}, size={self.size}, count={self.record_count}, "
+            f"codec={self.compression}, attributes={self.attributes:#x})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,8 +342,10 @@ def scan_records(buf, start: int, end: int, expected_count: int) -> RecordScan:
                     elif hv < -1:
                         raise RecordFormatError(f"Invalid header value length {hv}")
             if p != body_end:
-                raise RecordFormatError(f"Invalid record size: expected to read {length} bytes in record "
-                                        f"payload, but instead read {p - pos}")
+                raise RecordFormatError(
+                    f"Invalid record size: expected to read {length} bytes in record "
+                    f"payload, but instead read {p - pos}"
+                )
             ts_deltas.append(ts_delta)
             off_deltas.append(off_delta)
             pos = body_end
@@ -348,9 +357,19 @@ def scan_records(buf, start: int, end: int, expected_count: int) -> RecordScan:
     return scan
 
 
-def decode_records(buf, start: int, end: int, count: int, *, base_offset: int, base_timestamp: int,
-                   timestamp_type: TimestampType, max_timestamp: int, base_sequence: int = NO_SEQUENCE,
-                   is_control: bool = False) -> list[Record]:
+def decode_records(
+    buf,
+    start: int,
+    end: int,
+    count: int,
+    *,
+    base_offset: int,
+    base_timestamp: int,
+    timestamp_type: TimestampType,
+    max_timestamp: int,
+    base_sequence: int = NO_SEQUENCE,
+    is_control: bool = False,
+) -> list[Record]:
     """Fully decode ``count`` records from ``buf[start:end]`` (pure Python, ~1 us a record)."""
     out = []
     pos = start
@@ -367,10 +386,10 @@ def decode_records(buf, start: int, end: int, count: int, *, base_offset: int, b
             ts_delta, p = read_varint(buf, p)
             off_delta, p = read_varint(buf, p)
             n, p = read_varint(buf, p)
-            key = None if n < 0 else bytes(mv[p:p + n])
+            key = None if n < 0 else bytes(mv[p : p + n])
             p += max(n, 0)
             n, p = read_varint(buf, p)
-            value = None if n < 0 else bytes(mv[p:p + n])
+            value = None if n < 0 else bytes(mv[p : p + n])
             p += max(n, 0)
             hcount, p = read_varint(buf, p)
             if hcount < 0:
@@ -380,21 +399,31 @@ def decode_records(buf, start: int, end: int, count: int, *, base_offset: int, b
                 n, p = read_varint(buf, p)
                 if n < 0:
                     raise RecordFormatError("Invalid null header key found in headers")
-                hkey = bytes(mv[p:p + n]).decode("utf-8", "replace")
+                hkey = bytes(mv[p : p + n]).decode("utf-8", "replace")
                 p += n
                 n, p = read_varint(buf, p)
-                hval = None if n < 0 else bytes(mv[p:p + n])
+                hval = None if n < 0 else bytes(mv[p : p + n])
                 p += max(n, 0)
                 headers.append((hkey, hval))
             if p != body_end:
-                raise RecordFormatError(f"Invalid record size: expected to read {length} bytes in record "
-                                        f"payload, but instead read {p - pos}")
+                raise RecordFormatError(
+                    f"Invalid record size: expected to read {length} bytes in record "
+                    f"payload, but instead read {p - pos}"
+                )
             sequence = NO_SEQUENCE if base_sequence < 0 else increment_sequence(base_sequence, off_delta)
-            out.append(Record(
-                offset=base_offset + off_delta,
-                timestamp=max_timestamp if log_append else base_timestamp + ts_delta,
-                timestamp_type=timestamp_type, key=key, value=value, headers=tuple(headers),
-                sequence=sequence, is_control=is_control, size=body_end - rec_start))
+            out.append(
+                Record(
+                    offset=base_offset + off_delta,
+                    timestamp=max_timestamp if log_append else base_timestamp + ts_delta,
+                    timestamp_type=timestamp_type,
+                    key=key,
+                    value=value,
+                    headers=tuple(headers),
+                    sequence=sequence,
+                    is_control=is_control,
+                    size=body_end - rec_start,
+                )
+            )
             pos = body_end
     except IndexError:
         raise RecordFormatError("Incorrect declared batch size, premature EOF reached") from None
@@ -403,8 +432,12 @@ def decode_records(buf, start: int, end: int, count: int, *, base_offset: int, b
     return out
 
 
-def batch_records(buf, position: int = 0, *, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-                  ) -> list[Record]:
+def batch_records(
+    buf,
+    position: int = 0,
+    *,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> list[Record]:
     """Decode every record of the v2 batch at ``position`` (decompressing if needed)."""
     h = BatchHeader(buf, position)
     codec = h.compression
@@ -412,14 +445,27 @@ def batch_records(buf, position: int = 0, *, max_decompressed_bytes: int = DEFAU
     if codec != Compression.NONE:
         buf = decompress(codec, memoryview(h.buf)[start:end], magic=2, max_bytes=max_decompressed_bytes)
         start, end = 0, len(buf)
-    return decode_records(buf, start, end, h.record_count, base_offset=h.base_offset,
-                          base_timestamp=h.base_timestamp, timestamp_type=h.timestamp_type,
-                          max_timestamp=h.max_timestamp, base_sequence=h.base_sequence,
-                          is_control=h.is_control)
+    return decode_records(
+        buf,
+        start,
+        end,
+        h.record_count,
+        base_offset=h.base_offset,
+        base_timestamp=h.base_timestamp,
+        timestamp_type=h.timestamp_type,
+        max_timestamp=h.max_timestamp,
+        base_sequence=h.base_sequence,
+        is_control=h.is_control,
+    )
 
 
-def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
-                  headers: Iterable[tuple[str, bytes | None]] = ()) -> bytes:
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]] = (),
+) -> bytes:
     """One record, its length varint included."""
     parts = [b"\x00", encode_varint(timestamp_delta), encode_varint(offset_delta)]
     for field in (key, value):
@@ -443,12 +489,22 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, va
     return encode_varint(len(body)) + body
 
 
-def build_batch(records: Iterable, *, base_offset: int = 0, compression: int = Compression.NONE,
-                timestamp_type: TimestampType = TimestampType.CREATE_TIME, log_append_time: int = NO_TIMESTAMP,
-                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
-                base_sequence: int = NO_SEQUENCE, is_transactional: bool = False, is_control: bool = False,
-                partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH, delete_horizon_ms: int | None = None,
-                snappy_framing: str = "xerial") -> bytes:
+def build_batch(
+    records: Iterable,
+    *,
+    base_offset: int = 0,
+    compression: int = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    log_append_time: int = NO_TIMESTAMP,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    delete_horizon_ms: int | None = None,
+    snappy_framing: str = "xerial",
+) -> bytes:
     """Encode one v2 batch.
 
     ``records`` yields ``(offset, timestamp, key, value, headers)`` tuples or ``Record`` objects;
@@ -456,8 +512,10 @@ def build_batch(records: Iterable, *, base_offset: int = 0, compression: int = C
     header's maxTimestamp is ``log_append_time`` (records keep their own deltas, as Kafka's
     builder does).
     """
-    rows = [(r.offset, r.timestamp, r.key, r.value, r.headers) if isinstance(r, Record) else tuple(r)
-            for r in records]
+    rows = [
+        (r.offset, r.timestamp, r.key, r.value, r.headers) if isinstance(r, Record) else tuple(r)
+        for r in records
+    ]
     if not rows:
         raise ValueError("a v2 batch holds at least one record")
     base_ts = rows[0][1]
@@ -485,8 +543,23 @@ def build_batch(records: Iterable, *, base_offset: int = 0, compression: int = C
         attrs |= DELETE_HORIZON_MASK
     last_delta = rows[-1][0] - base_offset
     buf = bytearray(HEADER_SIZE + len(payload))
-    HEADER.pack_into(buf, 0, base_offset, len(buf) - 12, partition_leader_epoch, 2, 0, attrs, last_delta,
-                     base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(rows))
+    HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        len(buf) - 12,
+        partition_leader_epoch,
+        2,
+        0,
+        attrs,
+        last_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(rows),
+    )
     buf[HEADER_SIZE:] = payload
     _U32.pack_into(buf, CRC_OFFSET, crc32c.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
     return bytes(buf)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from functools import cached_property
 
 import crc32c
@@ -79,13 +79,18 @@ class AppendConfig:
     @cached_property
     def _fast_v2(self) -> bool:
         """Whether an uncompressed v2 batch can take the header-only hot path under this config."""
-        return (self.message_format_magic == 2 and self.message_timestamp_type == "CreateTime"
-                and not self.compacted and not self.deep_validation
-                and self.compression_type in ("producer", "uncompressed")
-                and self.timestamp_before_max_ms >= _MAX_LONG and self.timestamp_after_max_ms >= _MAX_LONG)
+        return (
+            self.message_format_magic == 2
+            and self.message_timestamp_type == "CreateTime"
+            and not self.compacted
+            and not self.deep_validation
+            and self.compression_type in ("producer", "uncompressed")
+            and self.timestamp_before_max_ms >= _MAX_LONG
+            and self.timestamp_after_max_ms >= _MAX_LONG
+        )
 
 
-class AppendPath(str, Enum):
+class AppendPath(StrEnum):
     EMPTY = "empty"
     IN_PLACE = "in-place"
     RECOMPRESSED = "recompressed"
@@ -156,8 +161,9 @@ def _frame(buf) -> tuple[list[_Entry], int]:
     while n - pos >= LOG_OVERHEAD:
         length = _OVERHEAD.unpack_from(buf, pos)[1]
         if length < legacy.RECORD_OVERHEAD_V0:
-            raise _corrupt(f"Record size {length} is less than the minimum record overhead "
-                           f"({legacy.RECORD_OVERHEAD_V0})")
+            raise _corrupt(
+                f"Record size {length} is less than the minimum record overhead ({legacy.RECORD_OVERHEAD_V0})"
+            )
         if n - pos <= MAGIC_OFFSET:
             break
         magic = buf[pos + MAGIC_OFFSET]
@@ -181,20 +187,32 @@ def _entry_valid(buf, e: _Entry) -> bool:
         if e.size < v2.HEADER_SIZE:
             return False
         stored = struct.unpack_from(">I", mv, e.pos + v2.CRC_OFFSET)[0]
-        return crc32c.crc32c(mv[e.pos + v2.ATTRIBUTES_OFFSET:e.pos + e.size]) == stored
+        return crc32c.crc32c(mv[e.pos + v2.ATTRIBUTES_OFFSET : e.pos + e.size]) == stored
     minimum = legacy.RECORD_OVERHEAD_V1 if e.magic == 1 else legacy.RECORD_OVERHEAD_V0
     if e.size - LOG_OVERHEAD < minimum:
         return False
     import zlib
+
     stored = struct.unpack_from(">I", mv, e.pos + legacy.CRC_OFFSET)[0]
-    return zlib.crc32(mv[e.pos + MAGIC_OFFSET:e.pos + e.size]) == stored
+    return zlib.crc32(mv[e.pos + MAGIC_OFFSET : e.pos + e.size]) == stored
 
 
 class _Ctx:
     """Everything one validation run needs, so helpers stay small."""
 
-    __slots__ = ("buf", "cfg", "now", "next_offset", "leader_epoch", "from_client", "to_magic", "ts_type",
-                 "source", "target", "check_ts")
+    __slots__ = (
+        "buf",
+        "cfg",
+        "now",
+        "next_offset",
+        "leader_epoch",
+        "from_client",
+        "to_magic",
+        "ts_type",
+        "source",
+        "target",
+        "check_ts",
+    )
 
     def __init__(self, buf, cfg: AppendConfig, now, next_offset, leader_epoch, from_client):
         self.buf = buf
@@ -208,16 +226,19 @@ class _Ctx:
             raise ValueError(f"message.timestamp.type {cfg.message_timestamp_type!r}")
         self.ts_type = TimestampType.from_name(cfg.message_timestamp_type)
         self.check_ts = self.ts_type == TimestampType.CREATE_TIME and (
-            cfg.timestamp_before_max_ms < _MAX_LONG or cfg.timestamp_after_max_ms < _MAX_LONG)
+            cfg.timestamp_before_max_ms < _MAX_LONG or cfg.timestamp_after_max_ms < _MAX_LONG
+        )
 
     def bad_timestamp(self, ts: int) -> bool:
         diff = self.now - ts
         return diff > self.cfg.timestamp_before_max_ms or -diff > self.cfg.timestamp_after_max_ms
 
     def timestamp_error(self, ts: int, offset: int) -> str:
-        return (f"Timestamp {ts} of message with offset {offset} is out of range. The timestamp should be "
-                f"within [{self.now - self.cfg.timestamp_before_max_ms}, "
-                f"{self.now + self.cfg.timestamp_after_max_ms}]")
+        return (
+            f"Timestamp {ts} of message with offset {offset} is out of range. The timestamp should be "
+            f"within [{self.now - self.cfg.timestamp_before_max_ms}, "
+            f"{self.now + self.cfg.timestamp_after_max_ms}]"
+        )
 
 
 # record error codes collected per batch
@@ -230,15 +251,22 @@ def _raise_record_errors(errors: list[tuple[int, ErrorCode, str]]) -> None:
         return
     record_errors = [(i, msg) for i, _, msg in errors]
     if any(code == _TS for _, code, _ in errors):
-        raise KafkaError(_TS, "One or more records have been rejected due to invalid timestamp",
-                         record_errors=record_errors)
-    raise KafkaError(_REC, f"One or more records have been rejected due to {len(errors)} record errors in total, "
-                     f"and only showing the first three errors at most: {record_errors[:3]}",
-                     record_errors=record_errors)
+        raise KafkaError(
+            _TS,
+            "One or more records have been rejected due to invalid timestamp",
+            record_errors=record_errors,
+        )
+    raise KafkaError(
+        _REC,
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: {record_errors[:3]}",
+        record_errors=record_errors,
+    )
 
 
-def _record_error(ctx: _Ctx, index: int, ts: int, offset: int, key_is_null: bool,
-                  batch_ts_type: TimestampType) -> tuple[int, ErrorCode, str] | None:
+def _record_error(
+    ctx: _Ctx, index: int, ts: int, offset: int, key_is_null: bool, batch_ts_type: TimestampType
+) -> tuple[int, ErrorCode, str] | None:
     """Kafka's validateKey + validateTimestamp for one record."""
     if ctx.cfg.compacted and key_is_null:
         return (index, _REC, "Compacted topic cannot accept message without key in topic partition")
@@ -246,34 +274,45 @@ def _record_error(ctx: _Ctx, index: int, ts: int, offset: int, key_is_null: bool
         if ctx.check_ts and ctx.bad_timestamp(ts):
             return (index, _TS, ctx.timestamp_error(ts, offset))
     elif batch_ts_type == TimestampType.LOG_APPEND_TIME:
-        return (index, _TS, "Invalid timestamp type in message. Producer should not set timestamp type to "
-                            "LogAppendTime.")
+        return (
+            index,
+            _TS,
+            "Invalid timestamp type in message. Producer should not set timestamp type to LogAppendTime.",
+        )
     return None
 
 
 def _validate_v2_batch(ctx: _Ctx, pos: int) -> tuple:
     """Kafka's validateBatch for a v2 batch; returns the unpacked header."""
     fields = _V2_FIELDS.unpack_from(ctx.buf, pos)
-    (base_offset, _len, _epoch, _magic, _crc, attrs, last_delta, _bts, _mts, pid, _pe, base_seq, count) = fields
+    (base_offset, _len, _epoch, _magic, _crc, attrs, last_delta, _bts, _mts, pid, _pe, base_seq, count) = (
+        fields
+    )
     if ctx.from_client:
         if last_delta + 1 <= 0:
             raise _invalid(f"Batch has an invalid offset range: [{base_offset}, {base_offset + last_delta}]")
         if count <= 0:
             raise _invalid(f"Invalid reported count for record batch: {count}")
         if last_delta + 1 != count:
-            raise _invalid(f"Inconsistent batch offset range [{base_offset}, {base_offset + last_delta}] and count "
-                           f"of records {count}")
+            raise _invalid(
+                f"Inconsistent batch offset range [{base_offset}, {base_offset + last_delta}] and count "
+                f"of records {count}"
+            )
         if attrs & v2.CONTROL_MASK:
             raise _invalid("Clients are not allowed to write control records")
         if pid >= 0 and base_seq < 0:
             raise _invalid(f"Invalid sequence number {base_seq} in record batch with producerId {pid}")
     if ctx.to_magic < 2:
         if attrs & v2.TRANSACTIONAL_MASK:
-            raise KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                             f"Transactional records cannot be used with magic version {ctx.to_magic}")
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"Transactional records cannot be used with magic version {ctx.to_magic}",
+            )
         if pid >= 0:
-            raise KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                             f"Idempotent records cannot be used with magic version {ctx.to_magic}")
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"Idempotent records cannot be used with magic version {ctx.to_magic}",
+            )
     return fields
 
 
@@ -287,7 +326,9 @@ def _v2_scan(ctx: _Ctx, buf, start: int, end: int, count: int):
 def _v2_record_errors(ctx: _Ctx, fields, scan) -> list:
     """Per-record checks of a v2 batch from its scan (or batch-level when that decides it)."""
     (base_offset, _, _, _, _, attrs, _, base_ts, max_ts, _, _, _, count) = fields
-    batch_ts_type = TimestampType.LOG_APPEND_TIME if attrs & v2.TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
+    batch_ts_type = (
+        TimestampType.LOG_APPEND_TIME if attrs & v2.TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
+    )
     errors = []
     nulls = set(scan.null_key_indexes) if (scan is not None and ctx.cfg.compacted) else ()
     if batch_ts_type == TimestampType.LOG_APPEND_TIME:
@@ -306,8 +347,11 @@ def _v2_record_errors(ctx: _Ctx, fields, scan) -> list:
         timestamps = None
     offsets = scan.offset_deltas if scan is not None else None
     for i in range(count):
-        ts = max_ts if batch_ts_type == TimestampType.LOG_APPEND_TIME else (
-            timestamps[i] if timestamps is not None else NO_TIMESTAMP)
+        ts = (
+            max_ts
+            if batch_ts_type == TimestampType.LOG_APPEND_TIME
+            else (timestamps[i] if timestamps is not None else NO_TIMESTAMP)
+        )
         off = base_offset + (offsets[i] if offsets is not None else i)
         err = _record_error(ctx, i, ts, off, i in nulls, batch_ts_type)
         if err:
@@ -315,32 +359,67 @@ def _v2_record_errors(ctx: _Ctx, fields, scan) -> list:
     return errors
 
 
-def _result_from_data(ctx: _Ctx, data, path: AppendPath, max_ts: int, offset_of_max: int,
-                      trimmed: int) -> AppendResult:
+def _result_from_data(
+    ctx: _Ctx, data, path: AppendPath, max_ts: int, offset_of_max: int, trimmed: int
+) -> AppendResult:
     entries = list(scan_entries(data))
     facts = []
     first = ctx.next_offset
     for e in entries:
         if e.magic == 2:
             (base, _, _, _, _, attrs, last_delta, _, mts, pid, pepoch, bseq, count) = _V2_FIELDS.unpack_from(
-                data, e.position)
+                data, e.position
+            )
             lseq = NO_SEQUENCE if bseq == NO_SEQUENCE else v2.increment_sequence(bseq, last_delta)
-            facts.append(BatchFacts(pid, pepoch, bseq, lseq, base, base + last_delta,
-                                    bool(attrs & v2.TRANSACTIONAL_MASK), bool(attrs & v2.CONTROL_MASK), count, mts))
+            facts.append(
+                BatchFacts(
+                    pid,
+                    pepoch,
+                    bseq,
+                    lseq,
+                    base,
+                    base + last_delta,
+                    bool(attrs & v2.TRANSACTIONAL_MASK),
+                    bool(attrs & v2.CONTROL_MASK),
+                    count,
+                    mts,
+                )
+            )
         else:
-            facts.append(BatchFacts(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_SEQUENCE, first,
-                                    e.last_offset, False, False, e.last_offset - first + 1, e.max_timestamp))
+            facts.append(
+                BatchFacts(
+                    NO_PRODUCER_ID,
+                    NO_PRODUCER_EPOCH,
+                    NO_SEQUENCE,
+                    NO_SEQUENCE,
+                    first,
+                    e.last_offset,
+                    False,
+                    False,
+                    e.last_offset - first + 1,
+                    e.max_timestamp,
+                )
+            )
         first = facts[-1].last_offset + 1
     last = facts[-1].last_offset if facts else ctx.next_offset - 1
     for f in facts:
         if f.first_offset > f.last_offset:
             raise _invalid("batch assigned an empty offset range")
     return AppendResult(
-        data=data, first_offset=ctx.next_offset, last_offset=last, max_timestamp=max_ts,
+        data=data,
+        first_offset=ctx.next_offset,
+        last_offset=last,
+        max_timestamp=max_ts,
         offset_of_max_timestamp=offset_of_max,
         log_append_time_ms=ctx.now if ctx.ts_type == TimestampType.LOG_APPEND_TIME else -1,
-        record_count=last - ctx.next_offset + 1, path=path, batches=facts, entries=entries,
-        source_compression=ctx.source, target_compression=ctx.target, trimmed_bytes=trimmed)
+        record_count=last - ctx.next_offset + 1,
+        path=path,
+        batches=facts,
+        entries=entries,
+        source_compression=ctx.source,
+        target_compression=ctx.target,
+        trimmed_bytes=trimmed,
+    )
 
 
 def _writable(buf, end: int):
@@ -353,9 +432,16 @@ def _writable(buf, end: int):
 # ---------------------------------------------------------------------------------------------
 
 
-def validate_and_assign(records, *, next_offset: int, now_ms: int, config: AppendConfig,
-                        produce_version: int, leader_epoch: int = 0, is_from_client: bool = True,
-                        ) -> AppendResult:
+def validate_and_assign(
+    records,
+    *,
+    next_offset: int,
+    now_ms: int,
+    config: AppendConfig,
+    produce_version: int,
+    leader_epoch: int = 0,
+    is_from_client: bool = True,
+) -> AppendResult:
     """Validate one partition's produce ``records`` and assign offsets from ``next_offset``.
 
     See the module docstring for the paths and the hot path. Raises ``KafkaError``.
@@ -374,50 +460,80 @@ def validate_and_assign(records, *, next_offset: int, now_ms: int, config: Appen
     # ProduceRequest.validateRecords
     if produce_version >= 3:
         if not entries:
-            raise _invalid(f"Produce requests with version {produce_version} must have at least one record "
-                           "batch per partition")
+            raise _invalid(
+                f"Produce requests with version {produce_version} must have at least one record "
+                "batch per partition"
+            )
         if entries[0].magic != 2:
-            raise _invalid(f"Produce requests with version {produce_version} are only allowed to contain record "
-                           "batches with magic version 2")
+            raise _invalid(
+                f"Produce requests with version {produce_version} are only allowed to contain record "
+                "batches with magic version 2"
+            )
         if produce_version < 7 and entries[0].codec == Compression.ZSTD:
-            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                             f"Produce requests with version {produce_version} are not allowed to use ZStandard "
-                             "compression")
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                f"Produce requests with version {produce_version} are not allowed to use ZStandard "
+                "compression",
+            )
         if len(entries) > 1:
-            raise _invalid(f"Produce requests with version {produce_version} are only allowed to contain exactly "
-                           "one record batch per partition")
+            raise _invalid(
+                f"Produce requests with version {produce_version} are only allowed to contain exactly "
+                "one record batch per partition"
+            )
     ctx.source = ctx.target = Compression.NONE
     if not entries:
-        return AppendResult(data=b"", first_offset=-1, last_offset=-1, max_timestamp=NO_TIMESTAMP,
-                            offset_of_max_timestamp=-1, log_append_time_ms=-1, record_count=0,
-                            path=AppendPath.EMPTY, trimmed_bytes=trimmed)
+        return AppendResult(
+            data=b"",
+            first_offset=-1,
+            last_offset=-1,
+            max_timestamp=NO_TIMESTAMP,
+            offset_of_max_timestamp=-1,
+            log_append_time_ms=-1,
+            record_count=0,
+            path=AppendPath.EMPTY,
+            trimmed_bytes=trimmed,
+        )
 
     # UnifiedLog.analyzeAndValidateRecords
     source = Compression.NONE
     for e in entries:
         if e.size > config.max_message_bytes:
-            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
-                             f"The record batch size in the append is {e.size} bytes which exceeds the maximum "
-                             f"configured value of {config.max_message_bytes}.")
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"The record batch size in the append is {e.size} bytes which exceeds the maximum "
+                f"configured value of {config.max_message_bytes}.",
+            )
         if not _entry_valid(buf, e):
-            stored = struct.unpack_from(">I", buf, e.pos + (v2.CRC_OFFSET if e.magic == 2 else legacy.CRC_OFFSET))[0]
+            stored = struct.unpack_from(
+                ">I", buf, e.pos + (v2.CRC_OFFSET if e.magic == 2 else legacy.CRC_OFFSET)
+            )[0]
             raise _corrupt(f"Record is corrupt (stored crc = {stored})")
         if e.codec > Compression.ZSTD:
             raise _corrupt(f"Unknown compression type id: {e.codec}")
         if e.codec == Compression.ZSTD and (e.magic < 2 or produce_version < 7):
-            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                             f"ZStandard compression needs magic 2 and Produce v7+ (got magic {e.magic}, "
-                             f"Produce v{produce_version})")
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                f"ZStandard compression needs magic 2 and Produce v7+ (got magic {e.magic}, "
+                f"Produce v{produce_version})",
+            )
         if e.codec != Compression.NONE:
             source = Compression(e.codec)
     if valid_end > config.segment_bytes:
-        raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
-                         f"Message batch size is {valid_end} bytes in append, which exceeds the maximum configured "
-                         f"segment size of {config.segment_bytes}.")
+        raise KafkaError(
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+            f"Message batch size is {valid_end} bytes in append, which exceeds the maximum configured "
+            f"segment size of {config.segment_bytes}.",
+        )
     ctx.source = source
-    ctx.target = source if config.compression_type == "producer" else (
-        Compression.NONE if config.compression_type == "uncompressed" else Compression.from_name(
-            config.compression_type))
+    ctx.target = (
+        source
+        if config.compression_type == "producer"
+        else (
+            Compression.NONE
+            if config.compression_type == "uncompressed"
+            else Compression.from_name(config.compression_type)
+        )
+    )
     if ctx.target == Compression.ZSTD and ctx.to_magic < 2:
         raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs message format magic 2")
 
@@ -429,16 +545,26 @@ def validate_and_assign(records, *, next_offset: int, now_ms: int, config: Appen
     return _compressed(ctx, entries, valid_end, trimmed)
 
 
-def _hot_path(buf, next_offset: int, config: AppendConfig, produce_version: int,
-              leader_epoch: int) -> AppendResult | None:
+def _hot_path(
+    buf, next_offset: int, config: AppendConfig, produce_version: int, leader_epoch: int
+) -> AppendResult | None:
     """One uncompressed v2 batch from a client under a plain config: header checks, one CRC-32C, two
     patches. Returns None to fall back to the general path (which also produces every error message)."""
-    (_, length, _, _, crc, attrs, last_delta, _, max_ts, pid, pepoch, base_seq, count) = _V2_FIELDS.unpack_from(buf, 0)
+    (_, length, _, _, crc, attrs, last_delta, _, max_ts, pid, pepoch, base_seq, count) = (
+        _V2_FIELDS.unpack_from(buf, 0)
+    )
     size = LOG_OVERHEAD + length
-    if (size != len(buf) or attrs & (v2.COMPRESSION_MASK | v2.TIMESTAMP_TYPE_MASK | v2.CONTROL_MASK)
-            or count <= 0 or count != last_delta + 1 or count * v2.MIN_RECORD_SIZE > size - v2.HEADER_SIZE
-            or (pid >= 0 and base_seq < 0) or size > config.max_message_bytes or size > config.segment_bytes
-            or crc32c.crc32c(buf[v2.ATTRIBUTES_OFFSET:]) != crc):
+    if (
+        size != len(buf)
+        or attrs & (v2.COMPRESSION_MASK | v2.TIMESTAMP_TYPE_MASK | v2.CONTROL_MASK)
+        or count <= 0
+        or count != last_delta + 1
+        or count * v2.MIN_RECORD_SIZE > size - v2.HEADER_SIZE
+        or (pid >= 0 and base_seq < 0)
+        or size > config.max_message_bytes
+        or size > config.segment_bytes
+        or crc32c.crc32c(buf[v2.ATTRIBUTES_OFFSET :]) != crc
+    ):
         return None
     data = buf if not buf.readonly else bytearray(buf)
     _PATCH_OFFSET.pack_into(data, 0, next_offset)
@@ -446,10 +572,30 @@ def _hot_path(buf, next_offset: int, config: AppendConfig, produce_version: int,
     last = next_offset + last_delta
     last_seq = NO_SEQUENCE if base_seq == NO_SEQUENCE else v2.increment_sequence(base_seq, last_delta)
     return AppendResult(
-        data, next_offset, last, max_ts, last, -1, count, AppendPath.IN_PLACE,
-        [BatchFacts(pid, pepoch, base_seq, last_seq, next_offset, last, bool(attrs & v2.TRANSACTIONAL_MASK), False,
-                    count, max_ts)],
-        [EntryInfo(0, size, 2, next_offset, last, max_ts, count)])
+        data,
+        next_offset,
+        last,
+        max_ts,
+        last,
+        -1,
+        count,
+        AppendPath.IN_PLACE,
+        [
+            BatchFacts(
+                pid,
+                pepoch,
+                base_seq,
+                last_seq,
+                next_offset,
+                last,
+                bool(attrs & v2.TRANSACTIONAL_MASK),
+                False,
+                count,
+                max_ts,
+            )
+        ],
+        [EntryInfo(0, size, 2, next_offset, last, max_ts, count)],
+    )
 
 
 _PATCH_OFFSET = struct.Struct(">q")
@@ -475,13 +621,18 @@ def _assign_non_compressed(ctx: _Ctx, entries: list[_Entry], valid_end: int, tri
         pos, size = first.pos, first.size
         fields = _validate_v2_batch(ctx, pos)
         attrs, count, header_max_ts = fields[5], fields[12], fields[8]
-        need_scan = ctx.cfg.deep_validation or ctx.cfg.compacted or (
-            ctx.check_ts and not attrs & v2.TIMESTAMP_TYPE_MASK)
+        need_scan = (
+            ctx.cfg.deep_validation
+            or ctx.cfg.compacted
+            or (ctx.check_ts and not attrs & v2.TIMESTAMP_TYPE_MASK)
+        )
         scan = None
         if need_scan:
             scan = _v2_scan(ctx, buf, pos + v2.HEADER_SIZE, pos + size, count)
         elif count > 0 and count * v2.MIN_RECORD_SIZE > size - v2.HEADER_SIZE:
-            raise _invalid(f"Batch declares {count} records, more than its {size - v2.HEADER_SIZE} bytes can hold")
+            raise _invalid(
+                f"Batch declares {count} records, more than its {size - v2.HEADER_SIZE} bytes can hold"
+            )
         _raise_record_errors(_v2_record_errors(ctx, fields, scan))
         data = _writable(buf, valid_end)
         h = v2.BatchHeader(data, 0)
@@ -533,10 +684,26 @@ def _assign_non_compressed(ctx: _Ctx, entries: list[_Entry], valid_end: int, tri
 class _Rec:
     """A record as the compressed/convert paths see it: Kafka's Record interface, minimal."""
 
-    __slots__ = ("offset", "timestamp", "key", "value", "headers", "magic", "compressed", "crc_valid", "ts_type")
+    __slots__ = (
+        "offset",
+        "timestamp",
+        "key",
+        "value",
+        "headers",
+        "magic",
+        "compressed",
+        "crc_valid",
+        "ts_type",
+    )
 
     def __init__(self, offset, timestamp, key, value, headers, magic, compressed, crc_valid, ts_type):
-        self.offset, self.timestamp, self.key, self.value, self.headers = offset, timestamp, key, value, headers
+        self.offset, self.timestamp, self.key, self.value, self.headers = (
+            offset,
+            timestamp,
+            key,
+            value,
+            headers,
+        )
         self.magic, self.compressed, self.crc_valid, self.ts_type = magic, compressed, crc_valid, ts_type
 
 
@@ -551,24 +718,53 @@ def _entry_records(ctx: _Ctx, e: _Entry, decode_values: bool) -> tuple[list[_Rec
         if e.codec != Compression.NONE:
             section = decompress(e.codec, buf[start:end], magic=2, max_bytes=ctx.cfg.max_decompressed_bytes)
             start, end = 0, len(section)
-        ts_type = TimestampType.LOG_APPEND_TIME if attrs & v2.TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
+        ts_type = (
+            TimestampType.LOG_APPEND_TIME if attrs & v2.TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
+        )
         if not decode_values:
             scan = _v2_scan(ctx, section, start, end, count)
             return [], fields, scan
         try:
-            recs = v2.decode_records(section, start, end, count, base_offset=base_offset, base_timestamp=base_ts,
-                                     timestamp_type=ts_type, max_timestamp=max_ts, base_sequence=base_seq)
+            recs = v2.decode_records(
+                section,
+                start,
+                end,
+                count,
+                base_offset=base_offset,
+                base_timestamp=base_ts,
+                timestamp_type=ts_type,
+                max_timestamp=max_ts,
+                base_sequence=base_seq,
+            )
         except v2.RecordFormatError as exc:
             raise _invalid(str(exc)) from None
-        return [_Rec(r.offset, r.timestamp, r.key, r.value, r.headers, 2, False, True, ts_type) for r in recs], \
-            fields, None
+        return (
+            [_Rec(r.offset, r.timestamp, r.key, r.value, r.headers, 2, False, True, ts_type) for r in recs],
+            fields,
+            None,
+        )
     try:
         msg = legacy.parse_message(buf, e.pos, e.pos + e.size)
     except legacy.LegacyFormatError as exc:
         raise _corrupt(str(exc)) from None
     if msg.compression == Compression.NONE:
-        return [_Rec(msg.offset, msg.timestamp, _b(msg.key), _b(msg.value), (), msg.magic, False, msg.crc_valid,
-                     msg.timestamp_type)], None, None
+        return (
+            [
+                _Rec(
+                    msg.offset,
+                    msg.timestamp,
+                    _b(msg.key),
+                    _b(msg.value),
+                    (),
+                    msg.magic,
+                    False,
+                    msg.crc_valid,
+                    msg.timestamp_type,
+                )
+            ],
+            None,
+            None,
+        )
     try:
         _, inner = legacy.inner_messages(msg, max_decompressed_bytes=ctx.cfg.max_decompressed_bytes)
     except legacy.LegacyFormatError as exc:
@@ -576,20 +772,45 @@ def _entry_records(ctx: _Ctx, e: _Entry, decode_values: bool) -> tuple[list[_Rec
     out = []
     if msg.magic == 0:
         for m in inner:
-            out.append(_Rec(m.offset, m.timestamp, _b(m.key), _b(m.value), (), m.magic, m.compression != 0,
-                            m.crc_valid, m.timestamp_type))
+            out.append(
+                _Rec(
+                    m.offset,
+                    m.timestamp,
+                    _b(m.key),
+                    _b(m.value),
+                    (),
+                    m.magic,
+                    m.compression != 0,
+                    m.crc_valid,
+                    m.timestamp_type,
+                )
+            )
         return out, None, None
     # a wrapper offset of 0 comes from clients (librdkafka, kafka-python) that leave it unset
     base = 0 if msg.offset == 0 else msg.offset - inner[-1].offset
     if base < 0:
-        raise _invalid(f"Found invalid wrapper offset in compressed v1 message set, wrapper offset '{msg.offset}' "
-                       f"is less than the last inner message offset '{inner[-1].offset}' and it is not zero.")
+        raise _invalid(
+            f"Found invalid wrapper offset in compressed v1 message set, wrapper offset '{msg.offset}' "
+            f"is less than the last inner message offset '{inner[-1].offset}' and it is not zero."
+        )
     log_append = msg.timestamp_type == TimestampType.LOG_APPEND_TIME
     for m in inner:
-        ts, ts_type = (msg.timestamp, TimestampType.LOG_APPEND_TIME) if log_append else (m.timestamp,
-                                                                                          m.timestamp_type)
-        out.append(_Rec(base + m.offset, ts, _b(m.key), _b(m.value), (), m.magic, m.compression != 0,
-                        m.crc_valid, ts_type))
+        ts, ts_type = (
+            (msg.timestamp, TimestampType.LOG_APPEND_TIME) if log_append else (m.timestamp, m.timestamp_type)
+        )
+        out.append(
+            _Rec(
+                base + m.offset,
+                ts,
+                _b(m.key),
+                _b(m.value),
+                (),
+                m.magic,
+                m.compression != 0,
+                m.crc_valid,
+                ts_type,
+            )
+        )
     return out, None, None
 
 
@@ -602,8 +823,14 @@ def _check_legacy_records(ctx: _Ctx, e: _Entry, recs: list[_Rec], batch_ts_type:
     errors = []
     for i, r in enumerate(recs):
         if ctx.source != Compression.NONE and r.compressed:
-            errors.append((i, _REC, "Compressed outer record should not have an inner record with a compression "
-                                    "attribute set"))
+            errors.append(
+                (
+                    i,
+                    _REC,
+                    "Compressed outer record should not have an inner record with a compression "
+                    "attribute set",
+                )
+            )
             continue
         if r.magic != e.magic:
             errors.append((i, _REC, f"Record's magic {r.magic} does not match outer magic {e.magic}"))
@@ -631,7 +858,9 @@ def _compressed(ctx: _Ctx, entries: list[_Entry], valid_end: int, trimmed: int) 
     in_place = ctx.source == ctx.target
     if first.magic != ctx.to_magic or ctx.to_magic == 0:
         in_place = False
-    first_is_control = first.magic == 2 and bool(ctx.buf[first.pos + v2.ATTRIBUTES_OFFSET + 1] & v2.CONTROL_MASK)
+    first_is_control = first.magic == 2 and bool(
+        ctx.buf[first.pos + v2.ATTRIBUTES_OFFSET + 1] & v2.CONTROL_MASK
+    )
     if ctx.source == Compression.NONE and first_is_control:
         in_place = True
     if in_place and first.magic == 2:
@@ -658,8 +887,9 @@ def _compressed(ctx: _Ctx, entries: list[_Entry], valid_end: int, trimmed: int) 
     return _rebuild(ctx, entries, trimmed, compressed_path=True)
 
 
-def _in_place_compressed(ctx: _Ctx, e: _Entry, valid_end: int, count: int, max_ts: int,
-                         trimmed: int) -> AppendResult:
+def _in_place_compressed(
+    ctx: _Ctx, e: _Entry, valid_end: int, count: int, max_ts: int, trimmed: int
+) -> AppendResult:
     data = _writable(ctx.buf, valid_end)
     last_offset = ctx.next_offset + count - 1
     if ctx.ts_type == TimestampType.LOG_APPEND_TIME:
@@ -703,7 +933,13 @@ def _rebuild(ctx: _Ctx, entries: list[_Entry], trimmed: int, *, compressed_path:
         (_, _, _, _, _, attrs, _, _, _, pid, pepoch, base_seq, _) = first_fields
         is_txn, is_control = bool(attrs & v2.TRANSACTIONAL_MASK), bool(attrs & v2.CONTROL_MASK)
     else:
-        pid, pepoch, base_seq, is_txn, is_control = NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, False, False
+        pid, pepoch, base_seq, is_txn, is_control = (
+            NO_PRODUCER_ID,
+            NO_PRODUCER_EPOCH,
+            NO_SEQUENCE,
+            False,
+            False,
+        )
     target = ctx.target if compressed_path else Compression.NONE
     rows = []
     offset = ctx.next_offset
@@ -714,23 +950,41 @@ def _rebuild(ctx: _Ctx, entries: list[_Entry], trimmed: int, *, compressed_path:
         rows.append(Record(offset, ts, TimestampType.CREATE_TIME, r.key, r.value, r.headers))
         offset += 1
     if ctx.to_magic == 2:
-        data = v2.build_batch(rows, base_offset=ctx.next_offset, compression=target, timestamp_type=ctx.ts_type,
-                              log_append_time=ctx.now, producer_id=pid, producer_epoch=pepoch,
-                              base_sequence=base_seq, is_transactional=is_txn, is_control=is_control,
-                              partition_leader_epoch=ctx.leader_epoch)
-        max_ts = ctx.now if ctx.ts_type == TimestampType.LOG_APPEND_TIME else max(
-            (r.timestamp for r in rows), default=NO_TIMESTAMP)
+        data = v2.build_batch(
+            rows,
+            base_offset=ctx.next_offset,
+            compression=target,
+            timestamp_type=ctx.ts_type,
+            log_append_time=ctx.now,
+            producer_id=pid,
+            producer_epoch=pepoch,
+            base_sequence=base_seq,
+            is_transactional=is_txn,
+            is_control=is_control,
+            partition_leader_epoch=ctx.leader_epoch,
+        )
+        max_ts = (
+            ctx.now
+            if ctx.ts_type == TimestampType.LOG_APPEND_TIME
+            else max((r.timestamp for r in rows), default=NO_TIMESTAMP)
+        )
         offset_of_max = offset - 1
     else:
         if any(r.headers for r in rows):
-            raise KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                             f"Magic v{ctx.to_magic} does not support record headers")
-        data = legacy.build_message_set(ctx.to_magic, rows, compression=target, timestamp_type=ctx.ts_type,
-                                        log_append_time=ctx.now)
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"Magic v{ctx.to_magic} does not support record headers",
+            )
+        data = legacy.build_message_set(
+            ctx.to_magic, rows, compression=target, timestamp_type=ctx.ts_type, log_append_time=ctx.now
+        )
         max_ts, offset_of_max = NO_TIMESTAMP, -1
         if ctx.to_magic == 1:
             if ctx.ts_type == TimestampType.LOG_APPEND_TIME:
-                max_ts, offset_of_max = ctx.now, (ctx.next_offset if target == Compression.NONE else offset - 1)
+                max_ts, offset_of_max = (
+                    ctx.now,
+                    (ctx.next_offset if target == Compression.NONE else offset - 1),
+                )
             else:
                 for r in rows:
                     if r.timestamp > max_ts:
@@ -739,8 +993,10 @@ def _rebuild(ctx: _Ctx, entries: list[_Entry], trimmed: int, *, compressed_path:
                     offset_of_max = offset - 1
     for info in scan_entries(data):
         if info.size > ctx.cfg.max_message_bytes:
-            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
-                             f"Message batch size is {info.size} bytes in append, which exceeds the maximum "
-                             f"configured size of {ctx.cfg.max_message_bytes}.")
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"Message batch size is {info.size} bytes in append, which exceeds the maximum "
+                f"configured size of {ctx.cfg.max_message_bytes}.",
+            )
     path = AppendPath.CONVERTED if first.magic != ctx.to_magic else AppendPath.RECOMPRESSED
     return _result_from_data(ctx, data, path, max_ts, offset_of_max, trimmed)

@@ -60,14 +60,30 @@ class _Out:
 def _batch_fields(b: Batch, position: int) -> dict:
     d = {}
     if b.magic >= 2:
-        d.update(baseOffset=b.base_offset, lastOffset=b.last_offset, count=b.count, baseSequence=b.base_sequence,
-                 lastSequence=b.last_sequence, producerId=b.producer_id, producerEpoch=b.producer_epoch,
-                 partitionLeaderEpoch=b.partition_leader_epoch, isTransactional=b.is_transactional,
-                 isControl=b.is_control)
+        d.update(
+            baseOffset=b.base_offset,
+            lastOffset=b.last_offset,
+            count=b.count,
+            baseSequence=b.base_sequence,
+            lastSequence=b.last_sequence,
+            producerId=b.producer_id,
+            producerEpoch=b.producer_epoch,
+            partitionLeaderEpoch=b.partition_leader_epoch,
+            isTransactional=b.is_transactional,
+            isControl=b.is_control,
+        )
     else:
         d.update(offset=b.last_offset)
-    d.update(position=position, timestampType=str(b.timestamp_type), timestamp=b.max_timestamp, size=b.size,
-             magic=b.magic, compresscodec=b.compression_name, crc=b.crc, isvalid=b.is_valid)
+    d.update(
+        position=position,
+        timestampType=str(b.timestamp_type),
+        timestamp=b.max_timestamp,
+        size=b.size,
+        magic=b.magic,
+        compresscodec=b.compression_name,
+        crc=b.crc,
+        isvalid=b.is_valid,
+    )
     return d
 
 
@@ -85,7 +101,7 @@ def _batch_line(d: dict) -> str:
 
 def _legacy_inner(b: Batch) -> list[tuple[Record, int, bool]]:
     """Records of a v0/v1 entry with each message's own CRC and validity."""
-    buf = memoryview(b.buf)[:b.position + b.size]
+    buf = memoryview(b.buf)[: b.position + b.size]
     msg = legacy.parse_message(buf, b.position)
     recs = legacy.message_records(buf, b.position, max_decompressed_bytes=_MAX_DECOMPRESSED)
     if msg.compression == Compression.NONE:
@@ -95,9 +111,13 @@ def _legacy_inner(b: Batch) -> list[tuple[Record, int, bool]]:
 
 
 def _record_fields(b: Batch, r: Record, crc: int | None, valid: bool | None, print_data: bool) -> dict:
-    d = {"offset": r.offset, "timestampType": str(r.timestamp_type if b.magic else TimestampType.NO_TIMESTAMP_TYPE),
-         "timestamp": r.timestamp, "keySize": -1 if r.key is None else len(r.key),
-         "valueSize": -1 if r.value is None else len(r.value)}
+    d = {
+        "offset": r.offset,
+        "timestampType": str(r.timestamp_type if b.magic else TimestampType.NO_TIMESTAMP_TYPE),
+        "timestamp": r.timestamp,
+        "keySize": -1 if r.key is None else len(r.key),
+        "valueSize": -1 if r.value is None else len(r.value),
+    }
     if b.magic >= 2:
         d["sequence"] = r.sequence
         d["headerKeys"] = [k for k, _ in r.headers]
@@ -148,8 +168,10 @@ def dump_log_file(path: str, data: bytes, out: _Out, *, deep: bool, print_data: 
             if deep:
                 try:
                     if b.magic >= 2:
-                        records = [_record_fields(b, r, None, None, print_data) for r in b.records(
-                            max_decompressed_bytes=_MAX_DECOMPRESSED)]
+                        records = [
+                            _record_fields(b, r, None, None, print_data)
+                            for r in b.records(max_decompressed_bytes=_MAX_DECOMPRESSED)
+                        ]
                     else:
                         records = [_record_fields(b, r, c, v, print_data) for r, c, v in _legacy_inner(b)]
                 except (KafkaError, ValueError) as exc:
@@ -163,21 +185,28 @@ def dump_log_file(path: str, data: bytes, out: _Out, *, deep: bool, print_data: 
             position = b.position + b.size
     except EntryFormatError as exc:
         position = exc.position
-        out.line(f"Found {len(data) - position} invalid bytes at position {position} of {os.path.basename(path)}: "
-                 f"{exc}")
+        out.line(
+            f"Found {len(data) - position} invalid bytes at position {position} of {os.path.basename(path)}: "
+            f"{exc}"
+        )
         out.obj({"error": str(exc), "position": position, "invalidBytes": len(data) - position})
         return
     if position < len(data):
         out.line(f"Found {len(data) - position} invalid bytes at the end of {os.path.basename(path)}")
-        out.obj({"error": "truncated entry at the end of the file", "position": position,
-                 "invalidBytes": len(data) - position})
+        out.obj(
+            {
+                "error": "truncated entry at the end of the file",
+                "position": position,
+                "invalidBytes": len(data) - position,
+            }
+        )
 
 
 def _index_entries(data: bytes, entry: struct.Struct) -> tuple[list[tuple[int, int]], int]:
     """Whole entries without the trailing all-zero ones of a preallocated index; plus stray bytes."""
     n = len(data) // entry.size
     stray = len(data) - n * entry.size
-    while n > 0 and not any(data[(n - 1) * entry.size:n * entry.size]):
+    while n > 0 and not any(data[(n - 1) * entry.size : n * entry.size]):
         n -= 1
     return [entry.unpack_from(data, i * entry.size) for i in range(n)], stray
 
@@ -198,12 +227,16 @@ def dump_index_file(path: str, data: bytes, out: _Out, *, time_index: bool) -> N
 
 
 def main(argv: list[str] | None = None, *, stdout=None) -> int:
-    parser = argparse.ArgumentParser(prog="minibroker dump-log",
-                                     description="Print Kafka .log, .index and .timeindex files.")
+    parser = argparse.ArgumentParser(
+        prog="minibroker dump-log", description="Print Kafka .log, .index and .timeindex files."
+    )
     parser.add_argument("files", nargs="+", metavar="FILE")
     parser.add_argument("--deep-iteration", action="store_true", help="one line per record")
-    parser.add_argument("--print-data-log", action="store_true",
-                        help="print keys, values and headers (implies --deep-iteration)")
+    parser.add_argument(
+        "--print-data-log",
+        action="store_true",
+        help="print keys, values and headers (implies --deep-iteration)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per batch / index entry")
     args = parser.parse_args(argv)
     out = _Out(stdout or sys.stdout, args.json)
@@ -220,8 +253,13 @@ def main(argv: list[str] | None = None, *, stdout=None) -> int:
             continue
         out.obj({"file": path})
         if path.endswith(".log"):
-            dump_log_file(path, data, out, deep=args.deep_iteration or args.print_data_log,
-                          print_data=args.print_data_log)
+            dump_log_file(
+                path,
+                data,
+                out,
+                deep=args.deep_iteration or args.print_data_log,
+                print_data=args.print_data_log,
+            )
         elif path.endswith(".index"):
             dump_index_file(path, data, out, time_index=False)
         elif path.endswith(".timeindex"):

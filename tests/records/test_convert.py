@@ -19,14 +19,18 @@ from minibroker.records.codecs import xxh32
 
 
 def v2_batch(first, n, codec=0, **kw):
-    return build_records(2, [(first + i, 1000 + i, b"k%d" % i, b"v", [("h", b"1")]) for i in range(n)],
-                         compression=codec, **kw)
+    return build_records(
+        2, [(first + i, 1000 + i, b"k%d" % i, b"v", [("h", b"1")]) for i in range(n)], compression=codec, **kw
+    )
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(1, 5), first=st.integers(0, 2**40),
-       codec=st.sampled_from([Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4]),
-       to_magic=st.sampled_from([0, 1]))
+@given(
+    n=st.integers(1, 5),
+    first=st.integers(0, 2**40),
+    codec=st.sampled_from([Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4]),
+    to_magic=st.sampled_from([0, 1]),
+)
 def test_v2_down_converted_keeps_offsets_and_codec(n, first, codec, to_magic):
     out = down_convert(v2_batch(first, n, codec), to_magic)
     batches = list(iter_batches(out))
@@ -57,8 +61,9 @@ def test_zstd_cannot_be_down_converted():
 
 def test_passthrough_control_dropped_first_offset_and_partial_tail():
     old = build_records(1, [(0, 5, b"a", b"x")])
-    marker = build_end_txn_marker(commit=True, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=9,
-                                  base_offset=4)
+    marker = build_end_txn_marker(
+        commit=True, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=9, base_offset=4
+    )
     data = old + v2_batch(1, 3) + marker
     out = down_convert(data + data[:20], 1, first_offset=2)
     assert out.startswith(old)

@@ -23,11 +23,16 @@ def write_log(tmp_path, data):
 
 
 def sample():
-    return (v2.build_batch([(100, 1524709879130, b"key", b"value", ())], base_offset=100, partition_leader_epoch=0)
-            + build_records(1, [(101, 5, b"a", b"b"), (102, 6, None, b"c")], compression=1)
-            + build_records(2, [(103, 7, b"k", b"v", [("h1", b"x")])], compression=3)
-            + build_end_txn_marker(commit=False, producer_id=3, producer_epoch=1, coordinator_epoch=2,
-                                   timestamp=8, base_offset=104))
+    return (
+        v2.build_batch(
+            [(100, 1524709879130, b"key", b"value", ())], base_offset=100, partition_leader_epoch=0
+        )
+        + build_records(1, [(101, 5, b"a", b"b"), (102, 6, None, b"c")], compression=1)
+        + build_records(2, [(103, 7, b"k", b"v", [("h1", b"x")])], compression=3)
+        + build_end_txn_marker(
+            commit=False, producer_id=3, producer_epoch=1, coordinator_epoch=2, timestamp=8, base_offset=104
+        )
+    )
 
 
 def test_batch_lines_match_kafka(tmp_path):
@@ -37,8 +42,12 @@ def test_batch_lines_match_kafka(tmp_path):
     assert lines[2] == (
         "baseOffset: 100 lastOffset: 100 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1 "
         "producerEpoch: -1 partitionLeaderEpoch: 0 isTransactional: false isControl: false position: 0 "
-        "CreateTime: 1524709879130 size: 76 magic: 2 compresscodec: none crc: 2857248333 isvalid: true")
-    assert lines[3].startswith("offset: 102 position: 76 CreateTime: 6 size: ") and "compresscodec: gzip" in lines[3]
+        "CreateTime: 1524709879130 size: 76 magic: 2 compresscodec: none crc: 2857248333 isvalid: true"
+    )
+    assert (
+        lines[3].startswith("offset: 102 position: 76 CreateTime: 6 size: ")
+        and "compresscodec: gzip" in lines[3]
+    )
     assert "compresscodec: lz4" in lines[4] and "isControl: true" in lines[5]
     assert len(lines) == 6
 
@@ -47,8 +56,14 @@ def test_deep_iteration_and_data(tmp_path):
     path = write_log(tmp_path, sample())
     _, lines = run(path, "--deep-iteration")
     recs = [ln for ln in lines if ln.startswith("|")]
-    assert recs[0] == "| offset: 100 CreateTime: 1524709879130 keySize: 3 valueSize: 5 sequence: -1 headerKeys: []"
-    assert recs[1].startswith("| offset: 101 CreateTime: 5 keySize: 1 valueSize: 1 crc: ") and "isvalid: true" in recs[1]
+    assert (
+        recs[0]
+        == "| offset: 100 CreateTime: 1524709879130 keySize: 3 valueSize: 5 sequence: -1 headerKeys: []"
+    )
+    assert (
+        recs[1].startswith("| offset: 101 CreateTime: 5 keySize: 1 valueSize: 1 crc: ")
+        and "isvalid: true" in recs[1]
+    )
     assert recs[3].endswith("headerKeys: [h1]")
     assert recs[4].endswith("endTxnMarker: ABORT coordinatorEpoch: 2")
     _, lines = run(path, "--print-data-log")
@@ -93,13 +108,18 @@ def test_indexes_and_missing_files(tmp_path):
     assert lines[5] == f"Found 2 invalid bytes at the end of {NAME}.timeindex"
     assert lines[7].startswith("Could not read")
     _, lines = run(str(idx), "--json")
-    assert [json.loads(ln) for ln in lines][1:] == [{"offset": 100, "position": 0}, {"offset": 107, "position": 4096}]
+    assert [json.loads(ln) for ln in lines][1:] == [
+        {"offset": 100, "position": 0},
+        {"offset": 107, "position": 4096},
+    ]
 
 
 def test_runs_as_module(tmp_path):
     import subprocess
     import sys
+
     path = write_log(tmp_path, sample())
-    out = subprocess.run([sys.executable, "-m", "minibroker.tools.dump_log", path], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "minibroker.tools.dump_log", path], capture_output=True, text=True, check=True
+    )
     assert "crc: 2857248333" in out.stdout

@@ -1,4 +1,4 @@
-"""Formats: sizes, v2 header view and setters, records, legacy messages, mixed walks; kafka-python as oracle."""
+"""Formats: sizes, v2 header view and setters, records, legacy messages, mixed walks; kafka-python oracle."""
 
 import pytest
 from hypothesis import given, settings
@@ -44,8 +44,14 @@ def test_varint_known_bytes():
 
 
 def test_header_view_and_setters():
-    batch = bytearray(v2.build_batch([(0, 1000, b"k", b"v", ()), (1, 1005, None, b"w", (("h", b"1"),))],
-                                     producer_id=7, producer_epoch=2, base_sequence=2**31 - 1))
+    batch = bytearray(
+        v2.build_batch(
+            [(0, 1000, b"k", b"v", ()), (1, 1005, None, b"w", (("h", b"1"),))],
+            producer_id=7,
+            producer_epoch=2,
+            base_sequence=2**31 - 1,
+        )
+    )
     h = v2.BatchHeader(batch)
     assert (h.base_offset, h.last_offset_delta, h.record_count, h.magic) == (0, 1, 2, 2)
     assert (h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch) == (1000, 1005, 7, 2)
@@ -59,11 +65,22 @@ def test_header_view_and_setters():
     assert h.set_max_timestamp(TimestampType.LOG_APPEND_TIME, 9999) is True
     assert h.crc != crc and h.is_valid() and h.timestamp_type == TimestampType.LOG_APPEND_TIME
     assert [r.timestamp for r in v2.batch_records(batch)] == [9999, 9999]
-    for name, off in [("BASE_OFFSET_OFFSET", 0), ("LENGTH_OFFSET", 8), ("PARTITION_LEADER_EPOCH_OFFSET", 12),
-                      ("MAGIC_OFFSET", 16), ("CRC_OFFSET", 17), ("ATTRIBUTES_OFFSET", 21),
-                      ("LAST_OFFSET_DELTA_OFFSET", 23), ("BASE_TIMESTAMP_OFFSET", 27),
-                      ("MAX_TIMESTAMP_OFFSET", 35), ("PRODUCER_ID_OFFSET", 43), ("PRODUCER_EPOCH_OFFSET", 51),
-                      ("BASE_SEQUENCE_OFFSET", 53), ("RECORDS_COUNT_OFFSET", 57), ("RECORDS_OFFSET", 61)]:
+    for name, off in [
+        ("BASE_OFFSET_OFFSET", 0),
+        ("LENGTH_OFFSET", 8),
+        ("PARTITION_LEADER_EPOCH_OFFSET", 12),
+        ("MAGIC_OFFSET", 16),
+        ("CRC_OFFSET", 17),
+        ("ATTRIBUTES_OFFSET", 21),
+        ("LAST_OFFSET_DELTA_OFFSET", 23),
+        ("BASE_TIMESTAMP_OFFSET", 27),
+        ("MAX_TIMESTAMP_OFFSET", 35),
+        ("PRODUCER_ID_OFFSET", 43),
+        ("PRODUCER_EPOCH_OFFSET", 51),
+        ("BASE_SEQUENCE_OFFSET", 53),
+        ("RECORDS_COUNT_OFFSET", 57),
+        ("RECORDS_OFFSET", 61),
+    ]:
         assert getattr(v2, name) == off
     assert v2.HEADER.size == v2.HEADER_SIZE == framing.V2_HEADER_SIZE
 
@@ -74,7 +91,9 @@ rows = st.lists(st.tuples(st.integers(0, 2**40), keys, keys, headers), min_size=
 
 
 def _rows(raw, magic, base=0):
-    return [(base + i, ts if magic else -1, k, v, h if magic == 2 else ()) for i, (ts, k, v, h) in enumerate(raw)]
+    return [
+        (base + i, ts if magic else -1, k, v, h if magic == 2 else ()) for i, (ts, k, v, h) in enumerate(raw)
+    ]
 
 
 @settings(max_examples=40, deadline=None)
@@ -85,7 +104,8 @@ def test_build_parse_round_trip_and_oracle(raw, fmt, base):
     data = build_records(magic, want, compression=codec)
     got = list(iter_records(data))
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got] == [
-        (o, t, k, v, tuple(h)) for o, t, k, v, h in want]
+        (o, t, k, v, tuple(h)) for o, t, k, v, h in want
+    ]
     assert all(b.is_valid for b in iter_batches(data))
     if magic == 0 and codec == Compression.LZ4:
         return  # kafka-python needs the xxhash package for magic-0 lz4
@@ -113,8 +133,11 @@ def test_kafka_python_batches_parse(raw, fmt):
 
 
 def test_mixed_magic_walk_stops_at_partial_tail():
-    data = (build_records(0, [(0, -1, b"a", b"1")]) + build_records(1, [(1, 5, b"b", b"2")], compression=1)
-            + build_records(2, [(2, 6, b"c", b"3", ())], compression=3))
+    data = (
+        build_records(0, [(0, -1, b"a", b"1")])
+        + build_records(1, [(1, 5, b"b", b"2")], compression=1)
+        + build_records(2, [(2, 6, b"c", b"3", ())], compression=3)
+    )
     batches = list(iter_batches(data + data[:20]))
     assert [b.magic for b in batches] == [0, 1, 2]
     assert [r.key for r in iter_records(data + data[:20])] == [b"a", b"b", b"c"]
@@ -122,19 +145,34 @@ def test_mixed_magic_walk_stops_at_partial_tail():
 
 
 def test_legacy_v1_log_append_time_wrapper_and_setters():
-    data = bytearray(legacy.build_message_set(1, [(0, 10, b"k", b"v"), (1, 20, b"k", b"w")], compression=1,
-                                              timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=77))
+    data = bytearray(
+        legacy.build_message_set(
+            1,
+            [(0, 10, b"k", b"v"), (1, 20, b"k", b"w")],
+            compression=1,
+            timestamp_type=TimestampType.LOG_APPEND_TIME,
+            log_append_time=77,
+        )
+    )
     recs = list(iter_records(data))
     assert [(r.offset, r.timestamp, r.timestamp_type) for r in recs] == [
-        (0, 77, TimestampType.LOG_APPEND_TIME), (1, 77, TimestampType.LOG_APPEND_TIME)]
+        (0, 77, TimestampType.LOG_APPEND_TIME),
+        (1, 77, TimestampType.LOG_APPEND_TIME),
+    ]
     legacy.set_offset(data, 0, 41)
     assert legacy.set_timestamp(data, 0, TimestampType.CREATE_TIME, 20)
-    assert [(r.offset, r.timestamp) for r in iter_records(data)] == [(40, 77), (41, 77)]  # the builder stamped the inner messages too
+    assert [(r.offset, r.timestamp) for r in iter_records(data)] == [
+        (40, 77),
+        (41, 77),
+    ]  # the builder stamped the inner messages too
     assert next(iter_batches(data)).is_valid
 
 
 def test_record_type_names():
-    assert str(TimestampType.CREATE_TIME) == "CreateTime" and str(TimestampType.NO_TIMESTAMP_TYPE) == "NoTimestampType"
+    assert (
+        str(TimestampType.CREATE_TIME) == "CreateTime"
+        and str(TimestampType.NO_TIMESTAMP_TYPE) == "NoTimestampType"
+    )
     r = Record(1, 2, TimestampType.CREATE_TIME, None, b"v")
     assert r.headers == () and r.sequence == -1
 

@@ -27,12 +27,16 @@ CFG = AppendConfig()
 
 
 def assign(data, *, next_offset=100, config=CFG, version=9, **kw):
-    return validate_and_assign(data, next_offset=next_offset, now_ms=NOW, config=config, produce_version=version, **kw)
+    return validate_and_assign(
+        data, next_offset=next_offset, now_ms=NOW, config=config, produce_version=version, **kw
+    )
 
 
 def rows(n, *, ts=NOW - 1000, magic=2, key=b"k"):
-    return [(i, ts + i if magic else -1, key, b"value-%d" % i, [("h", b"x")] if magic == 2 else [])[:5]
-            for i in range(n)]
+    return [
+        (i, ts + i if magic else -1, key, b"value-%d" % i, [("h", b"x")] if magic == 2 else [])[:5]
+        for i in range(n)
+    ]
 
 
 def error_of(fn):
@@ -137,8 +141,11 @@ def test_v1_compressed_in_place_only_wrapper_changes():
     assert struct.unpack_from(">q", r.data, 0)[0] == 103  # wrapper = last inner offset
     assert bytes(r.data[34:]) == value_before
     check_offsets(r, 4)
-    lat = assign(build_records(1, rows(2, magic=1), compression=1),
-                 config=AppendConfig(message_format_magic=1, message_timestamp_type="LogAppendTime"), version=2)
+    lat = assign(
+        build_records(1, rows(2, magic=1), compression=1),
+        config=AppendConfig(message_format_magic=1, message_timestamp_type="LogAppendTime"),
+        version=2,
+    )
     assert lat.path == AppendPath.IN_PLACE
     assert {x.timestamp for x in check_offsets(lat, 2)} == {NOW}
 
@@ -171,8 +178,9 @@ def test_v0_compressed_recompressed_with_absolute_offsets(codec):
 
 
 def test_topic_compression_differs_recompresses():
-    r = assign(build_records(2, rows(3), compression=Compression.GZIP),
-               config=AppendConfig(compression_type="zstd"))
+    r = assign(
+        build_records(2, rows(3), compression=Compression.GZIP), config=AppendConfig(compression_type="zstd")
+    )
     assert r.path == AppendPath.RECOMPRESSED and r.target_compression == Compression.ZSTD
     assert next(iter_batches(r.data)).compression == Compression.ZSTD
     check_offsets(r, 3)
@@ -192,7 +200,9 @@ def test_compressed_v2_with_nonzero_base_offset_is_rebuilt():
 
 
 def test_producer_facts():
-    data = build_records(2, rows(4), producer_id=42, producer_epoch=3, base_sequence=10, is_transactional=True)
+    data = build_records(
+        2, rows(4), producer_id=42, producer_epoch=3, base_sequence=10, is_transactional=True
+    )
     r = assign(data)
     (f,) = r.batches
     assert (f.producer_id, f.producer_epoch, f.base_sequence, f.last_sequence) == (42, 3, 10, 13)
@@ -200,7 +210,9 @@ def test_producer_facts():
 
 
 def test_control_batch_from_coordinator_in_place_even_with_topic_codec():
-    marker = build_end_txn_marker(commit=True, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=NOW)
+    marker = build_end_txn_marker(
+        commit=True, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=NOW
+    )
     r = assign(marker, is_from_client=False, config=AppendConfig(compression_type="gzip"))
     assert r.path == AppendPath.IN_PLACE and r.batches[0].is_control
 
@@ -248,8 +260,10 @@ def recrc(buf):
 def test_produce_version_rules():
     legacy1 = build_records(1, rows(1, magic=1))
     assert code_of(legacy1, version=3) == ErrorCode.INVALID_RECORD
-    assert code_of(build_records(2, rows(1), compression=Compression.ZSTD), version=6) == \
-        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    assert (
+        code_of(build_records(2, rows(1), compression=Compression.ZSTD), version=6)
+        == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    )
     assign(build_records(2, rows(1), compression=Compression.ZSTD), version=7)
     two = build_records(2, rows(1)) + build_records(2, rows(1))
     assert code_of(two, version=3) == ErrorCode.INVALID_RECORD
@@ -274,6 +288,7 @@ def test_corruption_codes():
 
 def test_bad_inner_crc_in_legacy_wrapper_is_corrupt():
     from minibroker.records import compress, legacy
+
     inner = bytearray(legacy.build_message_set(1, [(0, NOW, b"k", b"v"), (1, NOW, b"k", b"w")]))
     inner[-1] ^= 1
     wrapper = legacy.encode_message(1, 1, NOW, None, compress(Compression.GZIP, inner), 1)
@@ -285,7 +300,9 @@ def test_size_limits():
     assert code_of(big, config=AppendConfig(max_message_bytes=1000)) == ErrorCode.MESSAGE_TOO_LARGE
     assert code_of(big, config=AppendConfig(segment_bytes=1000)) == ErrorCode.RECORD_LIST_TOO_LARGE
     bomb = build_records(2, [(0, NOW, b"k", b"\0" * 100_000, ())], compression=Compression.ZSTD)
-    assert code_of(bomb, config=AppendConfig(max_decompressed_bytes=50_000)) == ErrorCode.RECORD_LIST_TOO_LARGE
+    assert (
+        code_of(bomb, config=AppendConfig(max_decompressed_bytes=50_000)) == ErrorCode.RECORD_LIST_TOO_LARGE
+    )
     # recompression that makes a batch grow beyond the limit is caught after the rebuild too
     small = build_records(2, [(i, NOW, b"k", b"\0" * 500, ()) for i in range(10)], compression=1)
     cfg = AppendConfig(compression_type="uncompressed", max_message_bytes=len(small) + 10)
@@ -315,14 +332,20 @@ def test_count_and_offset_consistency():
 
 
 def test_control_and_sequence_rules():
-    marker = build_end_txn_marker(commit=False, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=NOW)
+    marker = build_end_txn_marker(
+        commit=False, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=NOW
+    )
     assert code_of(marker) == ErrorCode.INVALID_RECORD
     no_seq = build_records(2, rows(1), producer_id=5, producer_epoch=0, base_sequence=-1)
     assert code_of(no_seq) == ErrorCode.INVALID_RECORD
     idem = build_records(2, rows(1), producer_id=5, producer_epoch=0, base_sequence=0)
-    assert code_of(idem, config=AppendConfig(message_format_magic=1)) == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    assert (
+        code_of(idem, config=AppendConfig(message_format_magic=1)) == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    )
     txn = build_records(2, rows(1), is_transactional=True)
-    assert code_of(txn, config=AppendConfig(message_format_magic=1)) == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    assert (
+        code_of(txn, config=AppendConfig(message_format_magic=1)) == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    )
 
 
 def test_mixed_magic_is_invalid():
@@ -333,14 +356,18 @@ def test_mixed_magic_is_invalid():
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP])
 def test_timestamp_bounds_report_record_errors(codec):
     cfg = AppendConfig(timestamp_before_max_ms=60_000, timestamp_after_max_ms=1000)
-    data = build_records(2, [(0, NOW, b"k", b"v", ()), (1, NOW - 120_000, b"k", b"v", ()),
-                             (2, NOW + 5000, b"k", b"v", ())], compression=codec)
+    data = build_records(
+        2,
+        [(0, NOW, b"k", b"v", ()), (1, NOW - 120_000, b"k", b"v", ()), (2, NOW + 5000, b"k", b"v", ())],
+        compression=codec,
+    )
     err = error_of(lambda: assign(data, config=cfg))
     assert err.code == ErrorCode.INVALID_TIMESTAMP
     assert [i for i, _ in err.details["record_errors"]] == [1, 2]
     assign(build_records(2, rows(3, ts=NOW - 100), compression=codec), config=cfg)
-    legacy_err = error_of(lambda: assign(build_records(1, [(0, NOW - 120_000, b"k", b"v")]), config=cfg,
-                                         version=2))
+    legacy_err = error_of(
+        lambda: assign(build_records(1, [(0, NOW - 120_000, b"k", b"v")]), config=cfg, version=2)
+    )
     assert legacy_err.code == ErrorCode.INVALID_TIMESTAMP
 
 
@@ -358,7 +385,10 @@ def test_producer_set_log_append_time_is_rejected_on_log_append_time_topic():
     assert err.code == ErrorCode.INVALID_TIMESTAMP and len(err.details["record_errors"]) == 2
     assign(data)  # CreateTime topic: only range-checked, and the type bit is cleared
     r = assign(bytearray(data))
-    assert v2.BatchHeader(r.data).timestamp_type == TimestampType.CREATE_TIME and v2.BatchHeader(r.data).is_valid()
+    assert (
+        v2.BatchHeader(r.data).timestamp_type == TimestampType.CREATE_TIME
+        and v2.BatchHeader(r.data).is_valid()
+    )
 
 
 # ---------------------------------------------------------------------------------------------- properties
@@ -369,24 +399,41 @@ raw_rows = st.lists(st.tuples(st.integers(NOW - 10**6, NOW), keys, keys), min_si
 
 
 @settings(max_examples=60, deadline=None)
-@given(raw=raw_rows, fmt=st.sampled_from(FORMATS), target_magic=st.sampled_from([0, 1, 2, 2, 2]),
-       topic_codec=st.sampled_from(["producer", "producer", "uncompressed", "gzip", "lz4", "snappy"]),
-       ts_type=st.sampled_from(["CreateTime", "LogAppendTime"]), next_offset=st.integers(0, 2**40),
-       writable=st.booleans())
+@given(
+    raw=raw_rows,
+    fmt=st.sampled_from(FORMATS),
+    target_magic=st.sampled_from([0, 1, 2, 2, 2]),
+    topic_codec=st.sampled_from(["producer", "producer", "uncompressed", "gzip", "lz4", "snappy"]),
+    ts_type=st.sampled_from(["CreateTime", "LogAppendTime"]),
+    next_offset=st.integers(0, 2**40),
+    writable=st.booleans(),
+)
 def test_build_assign_parse_assign_again(raw, fmt, target_magic, topic_codec, ts_type, next_offset, writable):
     magic, codec = fmt
     if codec == Compression.ZSTD and target_magic < 2 and topic_codec == "producer":
         with pytest.raises(KafkaError) as ei:
-            validate_and_assign(build_records(2, [(0, NOW, b"k", b"v")], compression=codec), next_offset=0,
-                                now_ms=NOW, config=AppendConfig(message_format_magic=target_magic), produce_version=9)
+            validate_and_assign(
+                build_records(2, [(0, NOW, b"k", b"v")], compression=codec),
+                next_offset=0,
+                now_ms=NOW,
+                config=AppendConfig(message_format_magic=target_magic),
+                produce_version=9,
+            )
         assert ei.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
         return
     records = [(i, ts if magic else -1, k, v) for i, (ts, k, v) in enumerate(raw)]
     data = build_records(magic, records, compression=codec)
-    cfg = AppendConfig(message_format_magic=target_magic, compression_type=topic_codec, message_timestamp_type=ts_type)
+    cfg = AppendConfig(
+        message_format_magic=target_magic, compression_type=topic_codec, message_timestamp_type=ts_type
+    )
     version = 9 if magic == 2 else 2
-    r = validate_and_assign(bytearray(data) if writable else data, next_offset=next_offset, now_ms=NOW, config=cfg,
-                            produce_version=version)
+    r = validate_and_assign(
+        bytearray(data) if writable else data,
+        next_offset=next_offset,
+        now_ms=NOW,
+        config=cfg,
+        produce_version=version,
+    )
     got = check_offsets(r, len(raw), first=next_offset)
     assert [(x.key, x.value) for x in got] == [(k, v) for _, _, k, v in records]
     batches = list(iter_batches(r.data))
@@ -402,8 +449,14 @@ def test_build_assign_parse_assign_again(raw, fmt, target_magic, topic_codec, ts
     # what we stored is acceptable input again (e.g. for a replay), with the same records
     # (a LogAppendTime-stamped batch is only acceptable again on a CreateTime topic, as in Kafka)
     cfg = AppendConfig(message_format_magic=target_magic, compression_type=topic_codec)
-    again = validate_and_assign(bytes(r.data), next_offset=next_offset + 1000, now_ms=NOW, config=cfg,
-                                produce_version=9 if target_magic == 2 else 2, is_from_client=False)
+    again = validate_and_assign(
+        bytes(r.data),
+        next_offset=next_offset + 1000,
+        now_ms=NOW,
+        config=cfg,
+        produce_version=9 if target_magic == 2 else 2,
+        is_from_client=False,
+    )
     assert [(x.key, x.value) for x in iter_records(again.data)] == [(x.key, x.value) for x in got]
     assert again.first_offset == next_offset + 1000
 
@@ -411,8 +464,14 @@ def test_build_assign_parse_assign_again(raw, fmt, target_magic, topic_codec, ts
 @settings(max_examples=30, deadline=None)
 @given(raw=raw_rows, codec=st.sampled_from([0, 1, 2, 3, 4]), pid=st.sampled_from([-1, 77]))
 def test_kafka_python_producer_batches(raw, codec, pid):
-    b = MemoryRecordsBuilder(2, codec, 1 << 20, producer_id=pid, producer_epoch=0 if pid > 0 else -1,
-                             base_sequence=5 if pid > 0 else -1)
+    b = MemoryRecordsBuilder(
+        2,
+        codec,
+        1 << 20,
+        producer_id=pid,
+        producer_epoch=0 if pid > 0 else -1,
+        base_sequence=5 if pid > 0 else -1,
+    )
     for ts, k, v in raw:
         b.append(timestamp=ts, key=k, value=v)
     b.close()
