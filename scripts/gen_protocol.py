@@ -54,81 +54,79 @@ def load(path: str) -> dict:
     return json.loads(text)
 
 
-def default_literal(field: dict) -> str:
+ZERO_UUID = b"\\x00" * 16
+
+
+def default_value(field: dict):
+    """The declared default of a field as a Python value."""
     t = field["type"]
     d = field.get("default")
     if t.startswith("[]"):
-        return "None" if d == "null" else "[]"
+        return None if d == "null" else []
     if d == "null":
-        return "None"
+        return None
     if t in ("int8", "int16", "uint16", "int32", "int64"):
         if d is None or d == "":
-            return "0"
-        return str(int(d, 16) if str(d).lower().startswith("0x") else int(d))
+            return 0
+        return int(d, 16) if str(d).lower().startswith("0x") else int(d)
     if t == "float64":
-        return repr(float(d)) if d not in (None, "") else "0.0"
+        return float(d) if d not in (None, "") else 0.0
     if t == "bool":
-        return "True" if str(d).lower() == "true" else "False"
+        return str(d).lower() == "true"
     if t == "string":
-        return repr(d if d is not None else "")
+        return d if d is not None else ""
     if t in ("bytes", "records"):
-        return "b''"
+        return b""
     if t == "uuid":
-        return "ZERO_UUID"
-    return "None"  # a struct: absent unless given
+        return ZERO_UUID
+    return None  # a struct: absent unless given
 
 
-def emit_fields(fields: list[dict], structs: dict[str, list[dict]], indent: str) -> list[str]:
-    out = []
-    for f in fields:
-        t = f["type"]
-        is_array = t.startswith("[]")
-        elem = t[2:] if is_array else t
-        sub = f.get("fields")
-        if elem not in PRIMITIVES and sub is None:
-            sub = structs[elem]
-        args = [repr(snake(f["name"])), repr(t if elem in PRIMITIVES else ("[]struct" if is_array else "struct")),
-                repr(parse_versions(f["versions"]))]
-        kw = []
-        if f.get("nullableVersions"):
-            kw.append(f"nullable={parse_versions(f['nullableVersions'])!r}")
-        if "tag" in f:
-            kw.append(f"tag={int(f['tag'])}")
-        if "flexibleVersions" in f:
-            # (-1, -1) says "never flexible" (the header's ClientId), distinct from "not overridden"
-            kw.append(f"flexible={parse_versions(f['flexibleVersions']) or (-1, -1)!r}")
-        dl = default_literal(f)
-        zero = {"int8": "0", "int16": "0", "uint16": "0", "int32": "0", "int64": "0", "float64": "0.0",
-                "bool": "False", "string": "''", "bytes": "b''", "records": "b''", "uuid": "ZERO_UUID"}
-        type_zero = "[]" if is_array else zero.get(elem, "None")
-        if dl != type_zero:
-            kw.append(f"default={dl}")
-        if sub is not None:
-            inner = emit_fields(sub, structs, indent + "    ")
-            kw.append("fields=(\n" + "\n".join(inner) + f"\n{indent})")
-        out.append(f"{indent}F({', '.join(args + kw)}),")
-    return out
+def field_tuple(f: dict, structs: dict[str, list[dict]]) -> tuple:
+    """A field as a tuple of constants: (name, type, versions, nullable, tag, flexible, default, fields)."""
+    t = f["type"]
+    is_array = t.startswith("[]")
+    elem = t[2:] if is_array else t
+    sub = f.get("fields")
+    if elem not in PRIMITIVES and sub is None:
+        sub = structs[elem]
+    kind = t if elem in PRIMITIVES else ("[]struct" if is_array else "struct")
+    nullable = parse_versions(f.get("nullableVersions")) if f.get("nullableVersions") else None
+    tag = int(f["tag"]) if "tag" in f else None
+    # (-1, -1) says "never flexible" (the header's ClientId), distinct from "not overridden" (None)
+    flexible = (parse_versions(f["flexibleVersions"]) or (-1, -1)) if "flexibleVersions" in f else None
+    zero = {"int8": 0, "int16": 0, "uint16": 0, "int32": 0, "int64": 0, "float64": 0.0, "bool": False,
+            "string": "", "bytes": b"", "records": b"", "uuid": ZERO_UUID}
+    default = default_value(f)
+    type_zero = [] if is_array else zero.get(elem)
+    if default == type_zero and type(default) is type(type_zero):
+        default = ...  # the type's zero value
+    fields = tuple(field_tuple(x, structs) for x in sub) if sub is not None else None
+    return (snake(f["name"]), kind, parse_versions(f["versions"]), nullable, tag, flexible, default, fields)
 
 
 def generate_schema(shared: str) -> str:
     files = sorted(glob.glob(os.path.join(shared, "kafka-protocol", "message", "*.json")))
-    lines = [HEADER, "from minibroker.protocol.declarations import F, Message, ZERO_UUID\n",
-             "MESSAGES: dict[str, Message] = {}\n"]
+    lines = [HEADER, "# Plain constants, so importing costs next to nothing; minibroker.protocol.declarations",
+             "# turns an entry into Message/F objects the first time a codec needs it.",
+             "# message name: (kind, api_key, valid versions, flexible versions, fields)",
+             "# field: (name, type, versions, nullable versions, tag, flexible override, default, fields)",
+             "# ... as a default means the type's zero value.\n",
+             "from minibroker.protocol.declarations import MessageTable\n",
+             "MESSAGES_RAW = {"]
     for path in files:
         spec = load(path)
         kind = spec["type"]
         if kind not in ("request", "response", "header", "data"):
             continue
         structs = {s["name"]: s["fields"] for s in spec.get("commonStructs", [])}
-        name = spec["name"]
-        api_key = spec.get("apiKey", -1)
-        valid = parse_versions(spec["validVersions"])
-        flexible = parse_versions(spec["flexibleVersions"])
-        body = emit_fields(spec["fields"], structs, "    ")
-        lines.append(
-            f"MESSAGES[{name!r}] = Message({name!r}, {kind!r}, {api_key}, {valid!r}, {flexible!r}, (\n"
-            + "\n".join(body) + "\n))\n")
-    return "\n".join(lines)
+        entry = (kind, spec.get("apiKey", -1), parse_versions(spec["validVersions"]),
+                 parse_versions(spec["flexibleVersions"]), tuple(field_tuple(f, structs) for f in spec["fields"]))
+        # ``...`` (not the name Ellipsis) keeps every entry one constant in the compiled module
+        lines.append(f"    {spec['name']!r}: {entry!r},".replace("Ellipsis", "..."))
+    lines.append("}\n")
+    lines.append("MESSAGES = MessageTable(MESSAGES_RAW)")
+    return "\n".join(lines) + "\n"
 
 
 def generate_errors(shared: str) -> str:

@@ -18,6 +18,7 @@ import struct
 import uuid as _uuid
 from functools import lru_cache
 from types import SimpleNamespace
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from minibroker.errors import ProtocolViolation
@@ -30,9 +31,29 @@ Struct = SimpleNamespace
 _MISSING = object()
 
 # (api_key) -> Message
-REQUESTS: dict[int, Message] = {m.api_key: m for m in MESSAGES.values() if m.kind == "request"}
-RESPONSES: dict[int, Message] = {m.api_key: m for m in MESSAGES.values() if m.kind == "response"}
-API_NAMES: dict[int, str] = {k: m.name[: -len("Request")] for k, m in REQUESTS.items()}
+_REQUEST_NAMES = {key: name for name, kind, key in MESSAGES.kinds() if kind == "request"}
+_RESPONSE_NAMES = {key: name for name, kind, key in MESSAGES.kinds() if kind == "response"}
+API_NAMES: dict[int, str] = {k: name[: -len("Request")] for k, name in _REQUEST_NAMES.items()}
+
+
+class _ByApiKey(Mapping):
+    """api key -> Message, declarations built on first use."""
+
+    def __init__(self, names: dict[int, str]):
+        self._names = names
+
+    def __getitem__(self, api_key: int) -> Message:
+        return MESSAGES[self._names[api_key]]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+REQUESTS: Mapping[int, Message] = _ByApiKey(_REQUEST_NAMES)
+RESPONSES: Mapping[int, Message] = _ByApiKey(_RESPONSE_NAMES)
 API_KEYS: dict[str, int] = {v: k for k, v in API_NAMES.items()}
 
 _FIXED = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 ZERO_UUID = b"\x00" * 16
@@ -32,3 +33,36 @@ class Message(NamedTuple):
 
 def in_range(version: int, rng: tuple[int, int] | None) -> bool:
     return rng is not None and rng[0] <= version <= rng[1]
+
+
+def _field(raw: tuple) -> F:
+    name, type_, versions, nullable, tag, flexible, default, fields = raw
+    return F(name, type_, versions, nullable, tag, flexible, default,
+             tuple(_field(f) for f in fields) if fields is not None else None)
+
+
+class MessageTable(Mapping):
+    """Message declarations by name, built from the generated constants on first use."""
+
+    def __init__(self, raw: dict[str, tuple]):
+        self._raw = raw
+        self._built: dict[str, Message] = {}
+
+    def __getitem__(self, name: str) -> Message:
+        message = self._built.get(name)
+        if message is None:
+            kind, api_key, valid, flexible, fields = self._raw[name]
+            message = Message(name, kind, api_key, valid, flexible, tuple(_field(f) for f in fields))
+            self._built[name] = message
+        return message
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def kinds(self) -> Iterator[tuple[str, str, int]]:
+        """(name, kind, api_key) of every message, without building declarations."""
+        for name, raw in self._raw.items():
+            yield name, raw[0], raw[1]

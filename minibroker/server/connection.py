@@ -166,7 +166,9 @@ class KafkaConnection(asyncio.Protocol):
                 return self._respond(header, 0, unsupported_version_body(), started)
             return self._violation(f"{handler.name} v{version} is not served")
         try:
-            request = codec.decode(codec.REQUESTS[api_key].name, version, frame, body_pos)
+            # Trailing bytes are tolerated, as Kafka does: librdkafka's "all topics" Metadata v12
+            # request carries three bytes after its tag buffer.
+            request = codec.decode(codec.REQUESTS[api_key].name, version, frame, body_pos, exact=False)
         except ProtocolViolation as e:
             return self._violation(f"undecodable {handler.name} v{version}: {e}")
         try:

@@ -1,0 +1,853 @@
+#!/usr/bin/env python3
+"""minibroker benchmarks: every figure a ratio to a ceiling measured in the same run.
+
+    python scripts/bench.py            # the full set (several minutes)
+    python scripts/bench.py --quick    # a smaller set, under a minute
+    python scripts/bench.py --only produce_raw,startup
+
+Workloads (each repeated ``--reps`` times; median and spread reported):
+
+- ceilings: a plain asyncio server that receives size-prefixed frames and appends them to a file
+  (produce ceiling) and one that answers each frame with a file region sent by ``loop.sendfile``
+  (fetch ceiling), both driven by the same raw load generator as the broker;
+- produce_raw / fetch_raw: the raw generator (pre-built Produce / Fetch frames, 5 in flight, in its
+  own process) against the broker, as a ratio to the ceilings;
+- produce_librdkafka / produce_kafka_python: real clients (1 and 8 partitions, 100 B and 1 KiB,
+  acks=1/all, none/lz4/zstd); records/s and MB/s, the 1 KiB case as a ratio to the produce ceiling;
+- fetch_librdkafka / fetch_kafka_python: consumers reading back what was produced;
+- latency: produce-to-consume p50/p99 at a fixed rate (confluent-kafka);
+- startup (process start to port accepting) and idle RSS; RSS under load; broker CPU seconds per
+  million records (from /proc/PID/stat of the broker process);
+- scaling: produce throughput and p99 latency for 1..64 partitions and 1..100 connections; fetch
+  lookup time against log size.
+
+Results: a markdown section appended to docs/benchmarks.md and raw JSON in docs/benchmarks/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from minibroker.protocol import codec  # noqa: E402
+from minibroker.records import Compression, build_records  # noqa: E402
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# ------------------------------------------------------------------------------------------------
+# process facts
+
+
+def proc_rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def bench_env() -> dict:
+    """The environment brokers run in: bytecode caches on, as an installed package has them."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 20.0) -> float:
+    """Seconds until a TCP connect to the port succeeds."""
+    t0 = time.perf_counter()
+    deadline = t0 + timeout
+    while time.perf_counter() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return time.perf_counter() - t0
+        except OSError:
+            time.sleep(0.001)
+    raise TimeoutError(f"port {port} not accepting after {timeout} s")
+
+
+class BrokerProcess:
+    """``python -m minibroker serve`` in a subprocess with its own data dir."""
+
+    def __init__(self, overrides: dict[str, str] | None = None, loop: str = "auto"):
+        self.dir = tempfile.mkdtemp(prefix="mb-bench-")
+        self.port = free_port()
+        self.overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": self.dir,
+                          "group.initial.rebalance.delay.ms": "0", **(overrides or {})}
+        self.loop = loop
+        self.proc: subprocess.Popen | None = None
+        self.startup_s = 0.0
+
+    def start(self) -> BrokerProcess:
+        cmd = [sys.executable, "-m", "minibroker", "serve", "--log-level", "WARNING", "--loop", self.loop]
+        for k, v in self.overrides.items():
+            cmd += ["--override", f"{k}={v}"]
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env=bench_env())
+        wait_port(self.port)
+        self.startup_s = time.perf_counter() - t0
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+        subprocess.run(["rm", "-rf", self.dir])
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def create_topic(port: int, name: str, partitions: int = 1, config: dict | None = None) -> None:
+    from minibroker.tools.wire import WireClient
+
+    with WireClient("127.0.0.1", port) as c:
+        r = c.request(19, 4, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
+                                          "assignments": [], "configs": [{"name": k, "value": v} for k, v in
+                                                                         (config or {}).items()]}],
+                              "timeout_ms": 10000, "validate_only": False})
+        if r.topics[0].error_code not in (0, 36):
+            raise RuntimeError(f"create {name}: {r.topics[0].error_code}")
+
+
+# ------------------------------------------------------------------------------------------------
+# ceilings: what the machine does with the same bytes and no Kafka
+
+
+class _AppendCeiling(asyncio.Protocol):
+    """Receives size-prefixed frames, appends each to a file, answers 16 bytes with its correlation id."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buf = bytearray()
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        buf = self.buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        out = []
+        while n - pos >= 4:
+            size = struct.unpack_from(">i", buf, pos)[0]
+            if n - pos - 4 < size:
+                break
+            os.write(self.fd, memoryview(buf)[pos + 4: pos + 4 + size])
+            corr = buf[pos + 8: pos + 12]
+            out.append(b"\x00\x00\x00\x0c" + bytes(corr) + b"\x00" * 8)
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        if out:
+            self.transport.write(b"".join(out))
+
+
+class _SendfileCeiling(asyncio.Protocol):
+    """Answers each frame (int32 wanted bytes after the header) with that many bytes of a file."""
+
+    def __init__(self, file):
+        self.file = file
+        self.buf = bytearray()
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.task = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.task = asyncio.ensure_future(self._serve())
+
+    def connection_lost(self, exc):
+        self.task.cancel()
+
+    def data_received(self, data):
+        buf = self.buf
+        buf += data
+        pos = 0
+        while len(buf) - pos >= 4:
+            size = struct.unpack_from(">i", buf, pos)[0]
+            if len(buf) - pos - 4 < size:
+                break
+            corr, offset, want = struct.unpack_from(">iqi", buf, pos + 4 + 4)
+            self.queue.put_nowait((corr, offset, want))
+            pos += 4 + size
+        del buf[:pos]
+
+    async def _serve(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            corr, offset, want = await self.queue.get()
+            self.transport.write(struct.pack(">ii", want + 4, corr))
+            await loop.sendfile(self.transport, self.file, offset, want)
+
+
+def run_ceiling_server(kind: str, port: int, path: str, ready: threading.Event, stop: threading.Event):
+    async def main():
+        loop = asyncio.get_running_loop()
+        if kind == "append":
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            server = await loop.create_server(lambda: _AppendCeiling(fd), "127.0.0.1", port)
+        else:
+            f = open(path, "rb")  # noqa: SIM115
+            server = await loop.create_server(lambda: _SendfileCeiling(f), "127.0.0.1", port)
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        server.close()
+
+    asyncio.run(main())
+
+
+class CeilingProcess:
+    """A ceiling server in its own process (like the broker), so the generator never shares its GIL."""
+
+    def __init__(self, kind: str, path: str):
+        self.kind, self.path, self.port = kind, path, free_port()
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, __file__, "_ceiling", self.kind, str(self.port), self.path])
+        wait_port(self.port)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+
+def _ceiling_main(kind: str, port: str, path: str) -> None:
+    ready, stop = threading.Event(), threading.Event()
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    run_ceiling_server(kind, int(port), path, ready, stop)
+
+
+# ------------------------------------------------------------------------------------------------
+# the raw load generator: pre-built frames, a window of requests in flight, in its own process
+
+
+def produce_frames(topic: str, partitions: int, record_size: int, records_per_batch: int, compression: int,
+                   version: int = 9, acks: int = 1) -> list[bytes]:
+    value = os.urandom(record_size // 2).hex().encode()[:record_size]
+    frames = []
+    for p in range(partitions):
+        batch = build_records(2, [(i, int(time.time() * 1000), None, value) for i in range(records_per_batch)],
+                              compression=compression)
+        body = {"transactional_id": None, "acks": acks, "timeout_ms": 30000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": p, "records": batch}]}]}
+        frames.append(codec.encode_request(0, version, 1, body, "bench"))
+    return frames
+
+
+def generate(port: int, frames: list[bytes], count: int, window: int = 5) -> float:
+    """Send ``count`` frames (cycling) with ``window`` in flight; returns seconds until all answered."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    done = [0]
+
+    def reader():
+        buf = bytearray()
+        got = 0
+        while got < count:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+            pos = 0
+            while len(buf) - pos >= 4:
+                size = struct.unpack_from(">i", buf, pos)[0]
+                if len(buf) - pos - 4 < size:
+                    break
+                pos += 4 + size
+                got += 1
+                with cv:
+                    done[0] = got
+                    cv.notify()
+            del buf[:pos]
+
+    cv = threading.Condition()
+    t = threading.Thread(target=reader, daemon=True)
+    t0 = time.perf_counter()
+    t.start()
+    sent = 0
+    n = len(frames)
+    while sent < count:
+        with cv:
+            while sent - done[0] >= window:
+                cv.wait()
+        sock.sendall(frames[sent % n])
+        sent += 1
+    t.join()
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    return elapsed
+
+
+def fetch_frames_ceiling(total_bytes: int, chunk: int) -> list[bytes]:
+    frames = []
+    for off in range(0, total_bytes, chunk):
+        body = struct.pack(">hhi", 1, 4, 1) + struct.pack(">iqi", 1, off, min(chunk, total_bytes - off))
+        frames.append(struct.pack(">i", len(body)) + body)
+    return frames
+
+
+def fetch_generate_broker(port: int, topic: str, total_records: int, max_bytes: int) -> tuple[float, int]:
+    """Fetch v4 (sessionless) from offset 0 to ``total_records``, one request at a time as consumers do."""
+    from minibroker.tools.wire import WireClient
+
+    got_bytes = 0
+    offset = 0
+    with WireClient("127.0.0.1", port, timeout=30) as c:
+        t0 = time.perf_counter()
+        while offset < total_records:
+            frame = codec.encode_request(1, 4, 1, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0,
+                                                   "max_bytes": max_bytes, "isolation_level": 0, "topics": [
+                                                       {"topic": topic, "partitions": [
+                                                           {"partition": 0, "fetch_offset": offset,
+                                                            "partition_max_bytes": max_bytes}]}]})
+            c.sock.sendall(frame)
+            size = struct.unpack(">i", c._read(4))[0]
+            data = c._read(size)
+            got_bytes += size
+            # the last batch's base offset and lastOffsetDelta tell where to go next (no record parsing)
+            _, body = codec.decode_response(1, 4, data)
+            recs = body.responses[0].partitions[0].records
+            pos, last = 0, offset - 1
+            while pos + 61 <= len(recs):
+                base, length = struct.unpack_from(">qi", recs, pos)
+                if pos + 12 + length > len(recs):
+                    break
+                last = base + struct.unpack_from(">i", recs, pos + 23)[0]
+                pos += 12 + length
+            offset = last + 1
+        return time.perf_counter() - t0, got_bytes
+
+
+def _generator_main(args: list[str]) -> None:
+    """Subprocess entry: ``_gen produce PORT COUNT WINDOW FRAMEFILE`` prints elapsed seconds."""
+    kind, port, count, window, frame_file = args[0], int(args[1]), int(args[2]), int(args[3]), args[4]
+    with open(frame_file, "rb") as f:
+        blob = f.read()
+    frames, pos = [], 0
+    while pos < len(blob):
+        size = struct.unpack_from(">i", blob, pos)[0]
+        frames.append(blob[pos: pos + 4 + size])
+        pos += 4 + size
+    print(json.dumps({"elapsed": generate(port, frames, count, window)}))
+
+
+def run_generator(port: int, frames: list[bytes], count: int, window: int = 5) -> float:
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        f.write(b"".join(frames))
+        path = f.name
+    try:
+        out = subprocess.run([sys.executable, __file__, "_gen", "produce", str(port), str(count), str(window), path],
+                             capture_output=True, text=True, timeout=600, check=True)
+        return json.loads(out.stdout)["elapsed"]
+    finally:
+        os.unlink(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# workloads
+
+
+def stats(values: list[float]) -> dict:
+    values = sorted(values)
+    return {"median": statistics.median(values), "min": values[0], "max": values[-1], "n": len(values)}
+
+
+def bench_produce_raw(opts) -> dict:
+    """Raw Produce frames (1 KiB records, 64 records a batch) vs the append ceiling."""
+    out = {}
+    for record_size, per_batch in ((1024, 64), (100, 500)):
+        frames = produce_frames("raw", 1, record_size, per_batch, Compression.NONE)
+        frame_bytes = len(frames[0])
+        count = max(200, int(opts.scale * 20000 * 1024 / (record_size * per_batch)))
+        ceiling, broker = [], []
+        cpu_per_m = []
+        for _ in range(opts.reps):
+            with tempfile.TemporaryDirectory() as d:
+                with CeilingProcess("append", os.path.join(d, "ceiling.log")) as ceil:
+                    ceiling.append(frame_bytes * count / run_generator(ceil.port, frames, count) / 1e6)
+            with BrokerProcess(loop=opts.loop) as b:
+                create_topic(b.port, "raw")
+                cpu0 = proc_cpu_seconds(b.proc.pid)
+                elapsed = run_generator(b.port, frames, count)
+                cpu = proc_cpu_seconds(b.proc.pid) - cpu0
+                broker.append(frame_bytes * count / elapsed / 1e6)
+                cpu_per_m.append(cpu / (count * per_batch) * 1e6)
+        key = f"{record_size}B"
+        out[key] = {"ceiling_MBps": stats(ceiling), "broker_MBps": stats(broker),
+                    "records_per_s": statistics.median(broker) * 1e6 / (frame_bytes / per_batch),
+                    "ratio": statistics.median(broker) / statistics.median(ceiling),
+                    "cpu_s_per_million_records": statistics.median(cpu_per_m)}
+    return out
+
+
+def bench_fetch_raw(opts) -> dict:
+    """Raw Fetch requests reading the log back vs a sendfile server answering the same sizes."""
+    records = max(2000, int(opts.scale * 200_000))
+    value_size = 1024
+    per_batch = 64
+    ceiling, broker = [], []
+    for _ in range(opts.reps):
+        with BrokerProcess(loop=opts.loop) as b:
+            create_topic(b.port, "fetch")
+            frames = produce_frames("fetch", 1, value_size, per_batch, Compression.NONE)
+            run_generator(b.port, frames, records // per_batch)
+            elapsed, nbytes = fetch_generate_broker(b.port, "fetch", records // per_batch * per_batch, 1 << 20)
+            broker.append(nbytes / elapsed / 1e6)
+            log_path = os.path.join(b.dir, "fetch-0", "00000000000000000000.log")
+            size = os.path.getsize(log_path)
+            with CeilingProcess("sendfile", log_path) as ceil:
+                frames = fetch_frames_ceiling(size, 1 << 20)
+                ceiling.append(size / run_generator(ceil.port, frames, len(frames), window=1) / 1e6)
+    return {"ceiling_MBps": stats(ceiling), "broker_MBps": stats(broker),
+            "ratio": statistics.median(broker) / statistics.median(ceiling)}
+
+
+def bench_startup(opts) -> dict:
+    starts, rss = [], []
+    for _ in range(max(3, opts.reps)):
+        with BrokerProcess(loop=opts.loop) as b:
+            starts.append(b.startup_s * 1000)
+            time.sleep(0.3)
+            rss.append(proc_rss_bytes(b.proc.pid) / 2**20)
+    # the baseline: a bare Python interpreter that opens a listening socket
+    bare = []
+    for _ in range(max(3, opts.reps)):
+        port = free_port()
+        t0 = time.perf_counter()
+        p = subprocess.Popen([sys.executable, "-c", "import socket,time;s=socket.socket();"
+                              "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+                              f"s.bind(('127.0.0.1',{port}));s.listen();time.sleep(30)"])
+        wait_port(port)
+        bare.append((time.perf_counter() - t0) * 1000)
+        p.kill()
+        p.wait()
+    return {"startup_ms": stats(starts), "python_baseline_ms": stats(bare),
+            "ratio_to_bare_python": statistics.median(starts) / statistics.median(bare),
+            "idle_rss_MB": stats(rss)}
+
+
+def bench_fixture(opts) -> dict:
+    """The pytest plugin's BrokerRunner: in-process (thread) and subprocess start-to-ready, idle RSS."""
+    from minibroker.testing import BrokerRunner
+
+    thread_ms, proc_ms, rss = [], [], []
+    for _ in range(max(3, opts.reps)):
+        t0 = time.perf_counter()
+        r = BrokerRunner()
+        r.start()
+        thread_ms.append((time.perf_counter() - t0) * 1000)
+        r.cleanup()
+        t0 = time.perf_counter()
+        r = BrokerRunner(mode="process")
+        r.start()
+        proc_ms.append((time.perf_counter() - t0) * 1000)
+        time.sleep(0.3)
+        rss.append(proc_rss_bytes(r.process.pid) / 2**20)
+        r.cleanup()
+    return {"thread_start_ms": stats(thread_ms), "process_start_ms": stats(proc_ms), "idle_rss_MB": stats(rss)}
+
+
+def bench_produce_clients(opts) -> dict:
+    from confluent_kafka import Producer
+
+    out = {}
+    n = max(20_000, int(opts.scale * 400_000))
+    cases = [(1, 100, "1", "none"), (1, 1024, "1", "none"), (8, 100, "1", "none"), (1, 1024, "all", "none"),
+             (1, 1024, "1", "lz4"), (1, 1024, "1", "zstd")]
+    if opts.quick:
+        cases = cases[:2]
+    for partitions, size, acks, comp in cases:
+        rates, cpu, rss_peak = [], [], []
+        for _ in range(opts.reps):
+            with BrokerProcess(loop=opts.loop) as b:
+                create_topic(b.port, "p", partitions)
+                p = Producer({"bootstrap.servers": b.bootstrap, "acks": acks, "compression.type": comp,
+                              "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
+                              "enable.idempotence": acks == "all"})
+                value = os.urandom(size // 2).hex().encode()[:size]
+                cpu0 = proc_cpu_seconds(b.proc.pid)
+                t0 = time.perf_counter()
+                for i in range(n):
+                    while True:
+                        try:
+                            p.produce("p", value, partition=i % partitions)
+                            break
+                        except BufferError:
+                            p.poll(0.001)
+                    if i % 10000 == 0:
+                        p.poll(0)
+                p.flush(120)
+                elapsed = time.perf_counter() - t0
+                cpu.append((proc_cpu_seconds(b.proc.pid) - cpu0) / n * 1e6)
+                rss_peak.append(proc_rss_bytes(b.proc.pid) / 2**20)
+                rates.append(n / elapsed)
+        key = f"{partitions}p-{size}B-acks{acks}-{comp}"
+        med = statistics.median(rates)
+        out[key] = {"records_per_s": stats(rates), "MBps": med * size / 1e6,
+                    "cpu_s_per_million_records": statistics.median(cpu), "rss_under_load_MB": max(rss_peak)}
+    # kafka-python's producer (its own encoder is the bound: ~0.5M records/s of 100 B at best)
+    from kafka import KafkaProducer
+
+    rates = []
+    n_kp = max(5000, n // 8)
+    for _ in range(opts.reps):
+        with BrokerProcess(loop=opts.loop) as b:
+            create_topic(b.port, "kp", 1)
+            kp = KafkaProducer(bootstrap_servers=b.bootstrap, linger_ms=5, batch_size=1 << 20)
+            value = b"x" * 100
+            t0 = time.perf_counter()
+            for _ in range(n_kp):
+                kp.send("kp", value, partition=0)
+            kp.flush()
+            rates.append(n_kp / (time.perf_counter() - t0))
+            kp.close()
+    out["kafka-python-1p-100B"] = {"records_per_s": stats(rates)}
+    return out
+
+
+def bench_fetch_clients(opts) -> dict:
+    from confluent_kafka import Consumer, TopicPartition
+
+    n = max(20_000, int(opts.scale * (1 << 30) // 1024))  # 1 GiB of 1 KiB records at scale 1
+    out = {}
+    with BrokerProcess(loop=opts.loop) as b:
+        create_topic(b.port, "f", 1)
+        frames = produce_frames("f", 1, 1024, 256, Compression.NONE)
+        run_generator(b.port, frames, n // 256)
+        total = n // 256 * 256
+        rates = []
+        for _ in range(opts.reps):
+            c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                          "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760})
+            c.assign([TopicPartition("f", 0, 0)])
+            got = 0
+            t0 = time.perf_counter()
+            while got < total:
+                msgs = c.consume(10000, 1.0)
+                got += sum(1 for m in msgs if m.error() is None)
+            rates.append(got / (time.perf_counter() - t0))
+            c.close()
+        out["confluent-1KiB"] = {"records_per_s": stats(rates), "MBps": statistics.median(rates) * 1024 / 1e6}
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as KTP
+
+        rates = []
+        want = min(total, max(20_000, total // 8))
+        for _ in range(opts.reps):
+            c = KafkaConsumer(bootstrap_servers=b.bootstrap, enable_auto_commit=False)
+            c.assign([KTP("f", 0)])
+            c.seek(KTP("f", 0), 0)
+            got = 0
+            t0 = time.perf_counter()
+            while got < want:
+                for recs in c.poll(timeout_ms=500, max_records=10000).values():
+                    got += len(recs)
+            rates.append(got / (time.perf_counter() - t0))
+            c.close()
+        out["kafka-python-1KiB"] = {"records_per_s": stats(rates), "MBps": statistics.median(rates) * 1024 / 1e6}
+    return out
+
+
+def bench_latency(opts) -> dict:
+    """Produce-to-consume latency at a fixed rate, confluent-kafka producer and consumer."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    rate = 10_000
+    seconds = 2 if opts.quick else 5
+    out = {}
+    with BrokerProcess(loop=opts.loop) as b:
+        create_topic(b.port, "lat", 1)
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "lat", "enable.auto.commit": False,
+                      "fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
+        c.assign([TopicPartition("lat", 0, 0)])
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "acks": "1"})
+        lat = []
+        stop = threading.Event()
+
+        def consume():
+            while not stop.is_set():
+                for m in c.consume(1000, 0.1):
+                    if m.error() is None:
+                        lat.append(time.perf_counter() - struct.unpack(">d", m.value()[:8])[0])
+
+        t = threading.Thread(target=consume)
+        t.start()
+        time.sleep(0.5)
+        n = rate * seconds
+        t0 = time.perf_counter()
+        for i in range(n):
+            target = t0 + i / rate
+            while time.perf_counter() < target:
+                p.poll(0)
+            p.produce("lat", struct.pack(">d", time.perf_counter()) + b"x" * 92)
+        p.flush(10)
+        time.sleep(1.0)
+        stop.set()
+        t.join()
+        c.close()
+        lat.sort()
+        if lat:
+            out = {"rate_per_s": rate, "received": len(lat), "p50_ms": lat[len(lat) // 2] * 1000,
+                   "p99_ms": lat[int(len(lat) * 0.99)] * 1000, "max_ms": lat[-1] * 1000}
+    return out
+
+
+def bench_scaling(opts) -> dict:
+    """Produce throughput vs partitions and connections (raw generator), fetch lookup vs log size."""
+    out = {"partitions": {}, "connections": {}, "lookup": {}}
+    for parts in ([1, 8, 64] if not opts.quick else [1, 8]):
+        frames = produce_frames("s", parts, 1024, 16, Compression.NONE)
+        with BrokerProcess(loop=opts.loop) as b:
+            create_topic(b.port, "s", parts)
+            count = max(parts * 20, int(opts.scale * 20000))
+            elapsed = run_generator(b.port, frames, count)
+            out["partitions"][parts] = {"MBps": len(frames[0]) * count / elapsed / 1e6,
+                                        "mean_request_ms": elapsed / count * 1000 * 5}
+    for conns in ([1, 10, 100] if not opts.quick else [1, 10]):
+        frames = produce_frames("c", 1, 1024, 16, Compression.NONE)
+        with BrokerProcess(loop=opts.loop) as b:
+            create_topic(b.port, "c", 1)
+            per = max(20, int(opts.scale * 20000) // conns)
+            t0 = time.perf_counter()
+            threads = [threading.Thread(target=generate, args=(b.port, frames, per, 1)) for _ in range(conns)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - t0
+            out["connections"][conns] = {"MBps": len(frames[0]) * per * conns / elapsed / 1e6}
+    # lookup cost: index floor search + header scan, as the log grows (in-process, no network)
+    from minibroker.storage import PartitionLog  # noqa: F401
+    from minibroker.storage.log_manager import LogManager
+
+    for batches in ([1_000, 10_000, 100_000] if not opts.quick else [1_000, 10_000]):
+        with tempfile.TemporaryDirectory() as d:
+            lm = LogManager([d], {"log.segment.bytes": 1 << 24}, 1)
+            lm.load()
+            lm.create_topic("l", 1, {})
+            plog = lm.get_log("l", 0)
+            data = bytearray(build_records(2, [(0, 1_700_000_000_000, None, b"x" * 100)]))
+            for i in range(batches):
+                struct.pack_into(">q", data, 0, i)
+                plog.append(data, first_offset=i, last_offset=i, max_timestamp=1_700_000_000_000,
+                            offset_of_max_timestamp=i, record_count=1)
+            import random
+
+            rng = random.Random(1)
+            targets = [rng.randrange(batches) for _ in range(2000)]
+            t0 = time.perf_counter()
+            for t in targets:
+                plog.read(t, 1 << 16)
+            per = (time.perf_counter() - t0) / len(targets) * 1e6
+            out["lookup"][batches] = {"us_per_lookup": per, "segments": len(plog.segments)}
+            lm.close()
+    return out
+
+
+WORKLOADS = {
+    "startup": bench_startup,
+    "fixture": bench_fixture,
+    "produce_raw": bench_produce_raw,
+    "fetch_raw": bench_fetch_raw,
+    "produce_clients": bench_produce_clients,
+    "fetch_clients": bench_fetch_clients,
+    "latency": bench_latency,
+    "scaling": bench_scaling,
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# report
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for mod in ("minibroker", "confluent_kafka", "kafka", "aiokafka", "uvloop"):
+        try:
+            m = __import__(mod)
+            out[mod] = getattr(m, "__version__", "?")
+        except ImportError:
+            out[mod] = "absent"
+    try:
+        import confluent_kafka
+
+        out["librdkafka"] = confluent_kafka.libversion()[0]
+    except ImportError:
+        pass
+    return out
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}"
+
+
+def markdown(results: dict, opts) -> str:
+    lines = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({'quick' if opts.quick else 'full'}, "
+             f"loop={opts.loop}, reps={opts.reps})", "",
+             f"Machine: {machine()}. Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()), "",
+             "| figure | value | baseline (same run) | ratio | goal |", "|---|---|---|---|---|"]
+
+    def row(name, value, baseline, ratio, goal):
+        lines.append(f"| {name} | {value} | {baseline} | {ratio} | {goal} |")
+
+    r = results
+    if "produce_raw" in r:
+        for key, v in r["produce_raw"].items():
+            goal = ">= 0.80 of ceiling" if key == "1024B" else ">= 1M records/s"
+            row(f"produce, raw frames, {key} records", f"{v['broker_MBps']['median']:.0f} MB/s "
+                f"({v['broker_MBps']['min']:.0f}-{v['broker_MBps']['max']:.0f}), {v['records_per_s'] / 1e6:.2f}M rec/s",
+                f"append ceiling {v['ceiling_MBps']['median']:.0f} MB/s", f"{v['ratio']:.2f}", goal)
+            row(f"broker CPU per 1M {key} records (raw)", f"{v['cpu_s_per_million_records']:.2f} s", "", "", "")
+    if "fetch_raw" in r:
+        v = r["fetch_raw"]
+        row("fetch, raw Fetch v4, 1 MiB responses", f"{v['broker_MBps']['median']:.0f} MB/s",
+            f"sendfile ceiling {v['ceiling_MBps']['median']:.0f} MB/s", f"{v['ratio']:.2f}", ">= 0.50 of ceiling")
+    if "startup" in r:
+        v = r["startup"]
+        row("startup, process start to accepting", f"{v['startup_ms']['median']:.0f} ms "
+            f"({v['startup_ms']['min']:.0f}-{v['startup_ms']['max']:.0f})",
+            f"bare python listen {v['python_baseline_ms']['median']:.0f} ms", f"{v['ratio_to_bare_python']:.2f}",
+            "<= 100 ms")
+        row("idle RSS", f"{v['idle_rss_MB']['median']:.1f} MB", "", "", "<= 25 MB")
+    if "fixture" in r:
+        v = r["fixture"]
+        row("pytest fixture start, in-process", f"{v['thread_start_ms']['median']:.0f} ms", "", "", "< 150 ms")
+        row("pytest fixture start, subprocess", f"{v['process_start_ms']['median']:.0f} ms", "", "", "< 400 ms")
+        row("fixture subprocess idle RSS", f"{v['idle_rss_MB']['median']:.1f} MB", "", "", "< 40 MB")
+    ceiling = r.get("produce_raw", {}).get("1024B", {}).get("ceiling_MBps", {}).get("median")
+    for key, v in r.get("produce_clients", {}).items():
+        mbps = v.get("MBps")
+        ratio = f"{mbps / ceiling:.2f}" if (mbps and ceiling and "1024B" in key) else ""
+        goal = ">= 0.80 of ceiling" if "1p-1024B-acks1-none" in key else (
+            ">= 1M records/s" if "100B" in key and "kafka-python" not in key else "")
+        extra = f", CPU {v['cpu_s_per_million_records']:.2f} s/1M, RSS {v['rss_under_load_MB']:.0f} MB" \
+            if "cpu_s_per_million_records" in v else ""
+        row(f"produce {key}", f"{v['records_per_s']['median'] / 1e3:.0f}k rec/s"
+            + (f", {mbps:.0f} MB/s" if mbps else "") + extra,
+            f"append ceiling {ceiling:.0f} MB/s" if ceiling and ratio else "", ratio, goal)
+    for key, v in r.get("fetch_clients", {}).items():
+        row(f"fetch {key}", f"{v['records_per_s']['median'] / 1e3:.0f}k rec/s, {v['MBps']:.0f} MB/s", "", "", "")
+    if r.get("latency"):
+        v = r["latency"]
+        row(f"end-to-end latency at {v['rate_per_s']} rec/s", f"p50 {v['p50_ms']:.2f} ms, p99 {v['p99_ms']:.2f} ms",
+            "", "", "p99 < 10 ms")
+    if "scaling" in r:
+        s = r["scaling"]
+        for k, v in s["partitions"].items():
+            row(f"scaling: {k} partitions (raw)", f"{v['MBps']:.0f} MB/s, ~{v['mean_request_ms']:.2f} ms/request",
+                "", "", "")
+        for k, v in s["connections"].items():
+            row(f"scaling: {k} connections (raw)", f"{v['MBps']:.0f} MB/s", "", "", "")
+        for k, v in s["lookup"].items():
+            row(f"lookup in a {k}-batch log", f"{v['us_per_lookup']:.1f} us ({v['segments']} segments)", "", "",
+                "logarithmic")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_gen":
+        _generator_main(argv[1:])
+        return 0
+    if argv and argv[0] == "_ceiling":
+        _ceiling_main(*argv[1:4])
+        return 0
+    ap = argparse.ArgumentParser(description="minibroker benchmarks (ratios to ceilings measured in the same run)")
+    ap.add_argument("--quick", action="store_true", help="a small set that finishes in under a minute")
+    ap.add_argument("--only", help="comma-separated workloads: " + ",".join(WORKLOADS))
+    ap.add_argument("--reps", type=int, default=None, help="repetitions per figure (default 3, quick 1)")
+    ap.add_argument("--scale", type=float, default=None, help="size multiplier (default 1, quick 0.05)")
+    ap.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="the broker's event loop")
+    ap.add_argument("--no-write", action="store_true", help="print only; do not append to docs/benchmarks.md")
+    opts = ap.parse_args(argv)
+    # an installed package has its bytecode compiled; a source checkout may not (PYTHONDONTWRITEBYTECODE)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "minibroker")], env=bench_env(),
+                   stdout=subprocess.DEVNULL, check=False)
+    opts.reps = opts.reps or (1 if opts.quick else 3)
+    opts.scale = opts.scale or (0.05 if opts.quick else 1.0)
+    names = opts.only.split(",") if opts.only else (
+        ["startup", "fixture", "produce_raw", "fetch_raw", "produce_clients", "latency"] if opts.quick
+        else list(WORKLOADS))
+    results = {}
+    for name in names:
+        t0 = time.perf_counter()
+        results[name] = WORKLOADS[name](opts)
+        print(f"{name}: {time.perf_counter() - t0:.1f} s {json.dumps(results[name], default=str)[:400]}",
+              file=sys.stderr)
+    text = markdown(results, opts)
+    print(text)
+    if not opts.no_write:
+        docs = os.path.join(ROOT, "docs")
+        os.makedirs(os.path.join(docs, "benchmarks"), exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        with open(os.path.join(docs, "benchmarks", f"{stamp}.json"), "w") as f:
+            json.dump({"opts": vars(opts), "machine": machine(), "versions": versions(), "results": results}, f,
+                      indent=1, default=str)
+        path = os.path.join(docs, "benchmarks.md")
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write("# Benchmarks\n\nAppended by `python scripts/bench.py`; each figure beside a baseline "
+                        "measured in the same run (these machines are shared and noisy). Raw JSON in "
+                        "docs/benchmarks/.\n\n")
+        with open(path, "a") as f:
+            f.write("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
