@@ -1,0 +1,19 @@
+"""DeleteGroups: v0-v2.
+
+Behaviour: deletes Empty groups with their committed offsets (tombstones in ``__consumer_offsets``).
+Per group: GROUP_ID_NOT_FOUND 69 for an unknown group, NON_EMPTY_GROUP 68 while it has members,
+COORDINATOR_LOAD_IN_PROGRESS 14 while loading.
+Version notes: v2 is flexible; nothing else changes.
+Gaps: none known.
+"""
+
+from __future__ import annotations
+
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+
+
+@handles(42, (0, 2))
+def handle_delete_groups(broker, header, request):
+    results = broker.groups.delete_groups(request.groups_names)
+    return Struct(throttle_time_ms=0, results=[Struct(group_id=gid, error_code=int(e)) for gid, e in results])

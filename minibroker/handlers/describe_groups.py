@@ -1,0 +1,32 @@
+"""DescribeGroups: v0-v5.
+
+Behaviour: state, protocol type, and members of each group. In Stable the selected protocol and each
+member's metadata and assignment are included; in other states the protocol is "" and member
+metadata and assignments are empty, as Kafka does. An unknown group is reported as state "Dead"
+with no error (Kafka's answer before v6).
+Version notes: v3 authorized operations (not computed: -2147483648 unless asked, then 0);
+v4 group.instance.id of members; v5 flexible.
+Gaps: no ACLs, so authorized operations are never computed; client_host as for JoinGroup.
+"""
+
+from __future__ import annotations
+
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+
+NOT_ASKED = -2147483648
+
+
+@handles(15, (0, 5))
+def handle_describe_groups(broker, header, request):
+    ops = 0 if request.include_authorized_operations else NOT_ASKED
+    out = []
+    for group_id in request.groups:
+        s = broker.groups.describe_group(group_id)
+        out.append(Struct(
+            error_code=int(s.error), group_id=s.group_id, group_state=s.state, protocol_type=s.protocol_type,
+            protocol_data=s.protocol, authorized_operations=ops,
+            members=[Struct(member_id=mid, group_instance_id=iid, client_id=cid, client_host=host,
+                            member_metadata=meta, member_assignment=assign)
+                     for mid, iid, cid, host, meta, assign in s.members]))
+    return Struct(throttle_time_ms=0, groups=out)

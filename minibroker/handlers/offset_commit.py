@@ -1,0 +1,60 @@
+"""OffsetCommit: v0-v9.
+
+Behaviour: commits are records in ``__consumer_offsets`` (offset commit key v1 / value v3, or value v1
+when a v2-v4 request gives a retention time) written before the answer. Members of a group commit
+with their generation; a generation of -1 on an Empty (or unknown) group is a simple commit by a
+group-less consumer. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION 3, metadata longer
+than ``offset.metadata.max.bytes`` OFFSET_METADATA_TOO_LARGE 12; group errors (ILLEGAL_GENERATION 22,
+UNKNOWN_MEMBER_ID 25, REBALANCE_IN_PROGRESS 27 while completing a rebalance, FENCED_INSTANCE_ID 82,
+INVALID_GROUP_ID 24, COORDINATOR_LOAD_IN_PROGRESS 14) go to every partition.
+Version notes: v0 has no generation or member (simple commit); v1 carries a per-partition commit
+timestamp (-1: now); v2-v4 a retention time (-1: the broker's); v6 the committed leader epoch; v7
+group.instance.id; v8+ flexible; v9 (KIP-848 member epochs) is served as the classic protocol.
+Gaps: no transactional offsets (TxnOffsetCommit).
+"""
+
+from __future__ import annotations
+
+import time
+
+from minibroker.coordinator.group_records import OffsetCommitValue
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+
+
+def partition_known(broker, topic: str, partition: int) -> bool:
+    info = broker.logs.topics.get(topic)
+    return info is not None and 0 <= partition < info.partitions
+
+
+@handles(8, (0, 9))
+def handle_offset_commit(broker, header, request):
+    version = header.api_version
+    now = int(time.time() * 1000)
+    retention = request.retention_time_ms if 2 <= version <= 4 else -1
+    errors: dict[tuple[str, int], int] = {}
+    wanted: dict[tuple[str, int], OffsetCommitValue] = {}
+    for t in request.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if not partition_known(broker, t.name, p.partition_index):
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            ts = p.commit_timestamp if version == 1 and p.commit_timestamp != -1 else now
+            wanted[tp] = OffsetCommitValue(p.committed_offset, p.committed_metadata or "", ts,
+                                           p.committed_leader_epoch,
+                                           ts + retention if retention is not None and retention >= 0 else -1)
+    if wanted:
+        generation = request.generation_id_or_member_epoch if version >= 1 else -1
+        member_id = request.member_id if version >= 1 else ""
+        try:
+            errors.update(broker.groups.commit_offsets(request.group_id, generation, member_id,
+                                                       request.group_instance_id, wanted))
+        except KafkaError as e:
+            errors.update({tp: e.code for tp in wanted})
+    return Struct(throttle_time_ms=0, topics=[
+        Struct(name=t.name, partitions=[
+            Struct(partition_index=p.partition_index, error_code=int(errors[(t.name, p.partition_index)]))
+            for p in t.partitions])
+        for t in request.topics])

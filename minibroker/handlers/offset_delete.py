@@ -1,0 +1,38 @@
+"""OffsetDelete: v0.
+
+Behaviour: removes committed offsets of a group (tombstones in ``__consumer_offsets``). An Empty group
+loses any of them; a consumer group with members keeps those of topics it subscribes to
+(GROUP_SUBSCRIBED_TO_TOPIC 86 per partition). Group errors at the top level: GROUP_ID_NOT_FOUND 69,
+NON_EMPTY_GROUP 68 (members of a non-consumer protocol), INVALID_GROUP_ID 24,
+COORDINATOR_LOAD_IN_PROGRESS 14. Unknown topics: UNKNOWN_TOPIC_OR_PARTITION 3.
+Gaps: none known.
+"""
+
+from __future__ import annotations
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.offset_commit import partition_known
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+
+
+@handles(47, (0, 0))
+def handle_offset_delete(broker, header, request):
+    errors: dict[tuple[str, int], int] = {}
+    wanted = []
+    for t in request.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if partition_known(broker, *tp):
+                wanted.append(tp)
+            else:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        errors.update(broker.groups.delete_offsets(request.group_id, wanted))
+    except KafkaError as e:
+        return Struct(error_code=int(e.code), throttle_time_ms=0, topics=[])
+    return Struct(error_code=0, throttle_time_ms=0, topics=[
+        Struct(name=t.name, partitions=[
+            Struct(partition_index=p.partition_index, error_code=int(errors[(t.name, p.partition_index)]))
+            for p in t.partitions])
+        for t in request.topics])
