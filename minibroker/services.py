@@ -15,3 +15,8 @@ def start_services(broker) -> None:
     broker.on_close(broker.replicas.write_snapshots)
     broker.producer_ids = ProducerIdAllocator(os.path.abspath(broker.config.data_dir))
     broker.fetch_sessions = FetchSessionCache(broker.config["max.incremental.fetch.session.cache.slots"])
+    from minibroker.coordinator.group_coordinator import GroupCoordinator
+
+    broker.groups = GroupCoordinator(broker)
+    broker.groups.start()
+    broker.on_close(broker.groups.close)

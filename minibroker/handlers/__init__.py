@@ -22,6 +22,17 @@ HANDLER_MODULES = (
     "describe_cluster",
     "describe_log_dirs",
     "describe_producers",
+    "find_coordinator",
+    "join_group",
+    "sync_group",
+    "heartbeat",
+    "leave_group",
+    "offset_commit",
+    "offset_fetch",
+    "offset_delete",
+    "delete_groups",
+    "list_groups",
+    "describe_groups",
 )
 
 
