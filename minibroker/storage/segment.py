@@ -192,10 +192,9 @@ class LogSegment:
             try:
                 prev_last = self.base_offset - 1
                 while position < size:
-                    reason = _entry_problem(mm, position, size, prev_last, self.base_offset)
+                    reason, info = _entry_problem(mm, position, size, prev_last, self.base_offset)
                     if reason is not None:
                         break
-                    info = read_entry(mm, position)
                     if check_crc and not entry_crc_valid(mm, position, info.size):
                         reason = f"CRC mismatch in entry at offset {info.base_offset}"
                         break
@@ -439,22 +438,24 @@ class LogSegment:
         return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
 
 
-def _entry_problem(buf, position: int, end: int, prev_last: int, base_offset: int) -> str | None:
-    """Why the entry at ``position`` cannot be trusted, or None."""
+def _entry_problem(buf, position: int, end: int, prev_last: int,
+                   base_offset: int) -> tuple[str | None, EntryInfo | None]:
+    """Why the entry at ``position`` cannot be trusted (None if it can), and its header."""
     remaining = end - position
     if remaining < LOG_OVERHEAD:
-        return f"partial entry header ({remaining} bytes) at position {position}"
+        return f"partial entry header ({remaining} bytes) at position {position}", None
     size = entry_size_at(buf, position)
     if size < _MIN_ENTRY:
-        return f"impossible entry size {size} at position {position}"
+        return f"impossible entry size {size} at position {position}", None
     if size > remaining:
-        return f"partial entry at position {position}: {size} bytes declared, {remaining} present"
+        return f"partial entry at position {position}: {size} bytes declared, {remaining} present", None
     magic = buf[position + 16]
     if magic > 2 or (magic == 2 and size < V2_HEADER_SIZE) or (magic == 1 and size < LOG_OVERHEAD + 22):
-        return f"invalid magic {magic} / size {size} at position {position}"
+        return f"invalid magic {magic} / size {size} at position {position}", None
     info = read_entry(buf, position)
     if info.base_offset <= prev_last or info.last_offset < info.base_offset:
-        return f"offsets {info.base_offset}..{info.last_offset} do not follow {prev_last} at position {position}"
+        return (f"offsets {info.base_offset}..{info.last_offset} do not follow {prev_last} "
+                f"at position {position}"), None
     if info.last_offset - base_offset > _INT32_MAX:
-        return f"offset {info.last_offset} too far from the segment base {base_offset}"
-    return None
+        return f"offset {info.last_offset} too far from the segment base {base_offset}", None
+    return None, info
