@@ -17,7 +17,6 @@ from minibroker.records.framing import V2_HEADER_SIZE, EntryInfo
 __all__ = ["record_at_or_after"]
 
 _V2_FIELDS = struct.Struct(">hiqq")  # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp (at 21)
-_LEGACY_TS = struct.Struct(">q")
 
 
 def _varint(buf, pos: int) -> tuple[int, int]:
