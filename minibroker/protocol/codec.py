@@ -288,11 +288,47 @@ def _field_reader(f: F, version: int, flexible: bool) -> Reader:
     return _primitive_reader(f.type, compact, nullable)
 
 
+def _fixed_format(f: F, version: int) -> str | None:
+    """The struct format of a fixed-size field at ``version`` (None for variable-size ones)."""
+    if f.tag is not None or not in_range(version, f.versions):
+        return None
+    return {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "int64": "q", "float64": "d"}.get(f.type)
+
+
+def _absent_defaults(absent: list[tuple[str, F]], version: int) -> tuple[dict, list[tuple[str, F]]]:
+    """Split defaults into shared immutable values and fields that need a fresh object per message."""
+    shared, fresh = {}, []
+    for name, f in absent:
+        value = default_value(f, version)
+        if isinstance(value, (list, Struct)):
+            fresh.append((name, f))
+        else:
+            shared[name] = value
+    return shared, fresh
+
+
 def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reader:
-    plan: list[tuple[str, Reader]] = []
+    # plan entries: (names, reader, n) -- n > 0: one struct.unpack for n consecutive fixed-size fields
+    plan: list[tuple] = []
     absent: list[tuple[str, F]] = []
     tagged: dict[int, tuple[str, Reader]] = {}
+    run_names: list[str] = []
+    run_format = ""
+
+    def close_run():
+        nonlocal run_names, run_format
+        if run_names:
+            packed = struct.Struct(">" + run_format)
+            plan.append((tuple(run_names), packed, len(run_names)))
+            run_names, run_format = [], ""
+
     for f in fields:
+        fmt = _fixed_format(f, version)
+        if fmt is not None:
+            run_names.append(f.name)
+            run_format += fmt
+            continue
+        close_run()
         if not in_range(version, f.versions):
             absent.append((f.name, f))
         elif f.tag is not None:
@@ -300,12 +336,23 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
             if flexible:
                 tagged[f.tag] = (f.name, _field_reader(f, version, flexible))
         else:
-            plan.append((f.name, _field_reader(f, version, flexible)))
+            plan.append((f.name, _field_reader(f, version, flexible), 0))
+    close_run()
+    shared_defaults, fresh_defaults = _absent_defaults(absent, version)
 
     def read(buf, pos):
-        values = {name: default_value(f, version) for name, f in absent}
-        for name, reader in plan:
-            values[name], pos = reader(buf, pos)
+        values = dict(shared_defaults)
+        for name, f in fresh_defaults:
+            values[name] = default_value(f, version)
+        for name, reader, n in plan:
+            if n:
+                size = reader.size
+                if pos + size > len(buf):
+                    raise ProtocolViolation("truncated fixed-size fields")
+                values.update(zip(name, reader.unpack_from(buf, pos)))
+                pos += size
+            else:
+                values[name], pos = reader(buf, pos)
         if flexible:
             count, pos = read_uvarint(buf, pos)
             for _ in range(count):
@@ -320,19 +367,15 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
                         raise ProtocolViolation(f"tagged field {tag} size mismatch")
                 else:
                     pos += size  # unknown tags are skipped, as the protocol requires
-        return Struct(**values), pos
+        result = Struct()
+        result.__dict__.update(values)
+        return result, pos
 
     return read
 
 
 # ---------------------------------------------------------------------------------------------
 # writers
-
-
-def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, _MISSING)
-    return getattr(obj, name, _MISSING)
 
 
 def _fixed_writer(s: struct.Struct) -> WriteFn:
@@ -459,26 +502,49 @@ def _field_writer(f: F, version: int, flexible: bool) -> WriteFn:
 
 
 def _struct_writer(fields: tuple[F, ...], version: int, flexible: bool) -> WriteFn:
-    plan: list[tuple[str, Any, WriteFn]] = []
+    # plan entries: (names, defaults, writer, packed) -- packed: one struct.pack for consecutive fixed fields
+    plan: list[tuple] = []
     tagged: list[tuple[int, str, Any, WriteFn]] = []
+    run: list[F] = []
+    run_format = ""
+
+    def close_run():
+        nonlocal run, run_format
+        if run:
+            plan.append((tuple(f.name for f in run), tuple(default_value(f, version) for f in run), None,
+                         struct.Struct(">" + run_format)))
+            run, run_format = [], ""
+
     for f in fields:
         if not in_range(version, f.versions):
             continue
+        fmt = _fixed_format(f, version)
+        if fmt is not None:
+            run.append(f)
+            run_format += fmt
+            continue
+        close_run()
         if f.tag is not None:
             if flexible:
                 tagged.append((f.tag, f.name, f, _field_writer(f, version, flexible)))
         else:
-            plan.append((f.name, f, _field_writer(f, version, flexible)))
+            plan.append((f.name, f, _field_writer(f, version, flexible), None))
+    close_run()
     tagged.sort(key=lambda t: t[0])
 
     def write(w: Writer, obj):
-        for name, f, writer in plan:
-            v = _get(obj, name)
+        values = obj if isinstance(obj, dict) else obj.__dict__
+        get = values.get
+        for name, f, writer, packed in plan:
+            if packed is not None:
+                w.buf += packed.pack(*[get(n, d) for n, d in zip(name, f)])
+                continue
+            v = get(name, _MISSING)
             writer(w, default_value(f, version) if v is _MISSING else v)
         if flexible:
             present = []
             for tag, name, f, writer in tagged:
-                v = _get(obj, name)
+                v = get(name, _MISSING)
                 if v is _MISSING or v is None or v == default_value(f, version):
                     continue
                 sub = Writer()
