@@ -55,7 +55,6 @@ class KafkaConnection(asyncio.Protocol):
         self._drained: asyncio.Future | None = None  # set while the transport buffer is non-empty
         self._write_paused = False
         self._sock_fd_dup = -1
-        self._pending: list[bytes] = []  # responses of one pump, written with one syscall
         self.session_ids: set[int] = set()  # fetch sessions created here (for cleanup)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
@@ -144,7 +143,6 @@ class KafkaConnection(asyncio.Protocol):
             self._handle_frame(queue.popleft())
         if self._closed:
             return
-        self._flush()
         if len(queue) >= MAX_QUEUED:
             if not self._reading_paused:
                 self._reading_paused = True
@@ -209,9 +207,10 @@ class KafkaConnection(asyncio.Protocol):
         if response is not None and not self._closed:
             parts = codec.encode_response(header.api_key, version, header.correlation_id, response)
             if len(parts) == 1:
-                self._pending.append(parts[0])
+                # written at once, not batched per read: the client's next request (5 in flight at
+                # most) is sent sooner, which measured faster than saving the syscalls
+                self.transport.write(parts[0])
             else:
-                self._flush()  # what was answered before goes first
                 self._busy = True
                 self._task = asyncio.ensure_future(self._send_parts(parts))
         self.broker.metrics.observe_request(header.api_key, time.perf_counter() - started)
@@ -219,12 +218,6 @@ class KafkaConnection(asyncio.Protocol):
             request_log.debug("%s v%d client=%s corr=%d %.3f ms", codec.API_NAMES.get(header.api_key),
                               header.api_version, header.client_id, header.correlation_id,
                               (time.perf_counter() - started) * 1000)
-
-    def _flush(self) -> None:
-        pending = self._pending
-        if pending:
-            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
-            pending.clear()
 
     async def _send_parts(self, parts) -> None:
         try:
@@ -293,8 +286,6 @@ class KafkaConnection(asyncio.Protocol):
 
     def close(self) -> None:
         if not self._closed:
-            if self._pending and self.transport is not None:
-                self._flush()  # answers to earlier requests still go out before the close
             self._closed = True
             self._queue.clear()
             if self.transport is not None:
