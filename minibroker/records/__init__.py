@@ -14,19 +14,34 @@ Public API for the Produce/Fetch handlers, tools and coordinators:
 
 from __future__ import annotations
 
-from minibroker.records import framing, legacy, v2
-from minibroker.records.batches import Batch, EntryFormatError, iter_batches, iter_records
-from minibroker.records.codecs import Compression, compress, decompress, has_lz4, has_snappy, has_zstd
-from minibroker.records.control import ControlType, EndTxnMarker, build_end_txn_marker, parse_control_record
-from minibroker.records.convert import down_convert
-from minibroker.records.record import Record, TimestampType
-from minibroker.records.validator import (
-    AppendConfig,
-    AppendPath,
-    AppendResult,
-    BatchFacts,
-    validate_and_assign,
-)
+import importlib
+
+# Public names -> the module defining them. Loaded on first use (PEP 562): storage imports only
+# ``framing`` at startup, and the codecs' libraries (zstd, lz4, snappy) load with the validator.
+_EXPORTS = {
+    "Batch": "batches", "EntryFormatError": "batches", "iter_batches": "batches", "iter_records": "batches",
+    "Compression": "codecs", "compress": "codecs", "decompress": "codecs", "has_lz4": "codecs",
+    "has_snappy": "codecs", "has_zstd": "codecs",
+    "ControlType": "control", "EndTxnMarker": "control", "build_end_txn_marker": "control",
+    "parse_control_record": "control",
+    "down_convert": "convert",
+    "Record": "record", "TimestampType": "record",
+    "AppendConfig": "validator", "AppendPath": "validator", "AppendResult": "validator", "BatchFacts": "validator",
+    "validate_and_assign": "validator",
+}
+_SUBMODULES = {"framing", "legacy", "v2"}
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"minibroker.records.{name}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'minibroker.records' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"minibroker.records.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AppendConfig",
@@ -58,21 +73,18 @@ __all__ = [
 ]
 
 
-def build_records(
-    magic: int,
-    records,
-    *,
-    compression: int = Compression.NONE,
-    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-    **kw,
-) -> bytes:
+def build_records(magic: int, records, *, compression: int = 0, timestamp_type: int = 0, **kw) -> bytes:
     """Encode records in any magic: ``records`` yields ``(offset, timestamp, key, value[, headers])``
-    or ``Record``; v2 keywords (``base_offset``, ``producer_id``, ...) go to ``v2.build_batch``."""
+    or ``Record``; v2 keywords (``base_offset``, ``producer_id``, ...) go to ``v2.build_batch``.
+    ``compression`` is a ``Compression`` (0 none), ``timestamp_type`` a ``TimestampType`` (0 CreateTime)."""
+    from minibroker.records import legacy, v2
+    from minibroker.records.codecs import Compression
+    from minibroker.records.record import Record, TimestampType
+
+    compression, timestamp_type = Compression(compression), TimestampType(timestamp_type)
     if magic == 2:
         rows = [r if isinstance(r, Record) else (tuple(r) + ((),))[:5] for r in records]
         if "base_offset" not in kw and rows:
             kw["base_offset"] = rows[0].offset if isinstance(rows[0], Record) else rows[0][0]
         return v2.build_batch(rows, compression=compression, timestamp_type=timestamp_type, **kw)
-    return legacy.build_message_set(
-        magic, records, compression=compression, timestamp_type=timestamp_type, **kw
-    )
+    return legacy.build_message_set(magic, records, compression=compression, timestamp_type=timestamp_type, **kw)

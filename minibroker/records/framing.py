@@ -13,7 +13,6 @@ import zlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
-import crc32c
 
 LOG_OVERHEAD = 12  # int64 offset + int32 size
 MAGIC_OFFSET = 16
@@ -98,6 +97,8 @@ def entry_crc_valid(buf, position: int, size: int) -> bool:
     magic = mv[position + MAGIC_OFFSET]
     if magic == 2:
         stored = struct.unpack_from(">I", mv, position + V2_CRC_OFFSET)[0]
-        return crc32c.crc32c(mv[position + V2_ATTRIBUTES_OFFSET: position + size]) == stored
+        from crc32c import crc32c  # deferred: the package costs ~10 ms to import, not needed to start
+
+        return crc32c(mv[position + V2_ATTRIBUTES_OFFSET: position + size]) == stored
     stored = struct.unpack_from(">I", mv, position + LOG_OVERHEAD)[0]
     return zlib.crc32(mv[position + LOG_OVERHEAD + 4: position + size]) == stored

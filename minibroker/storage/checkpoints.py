@@ -67,6 +67,13 @@ def fsync_dir(path: str) -> None:
 
 
 def write_atomically(path: str, text: str, *, sync: bool = True) -> None:
+    # Unchanged content is not rewritten: a restart would otherwise pay several fsyncs for nothing.
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
