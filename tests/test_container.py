@@ -1,0 +1,229 @@
+"""The container image and the compose example, for real, with podman (scripts/container.sh).
+
+Builds the image (the debootstrapped base tagged python:3.11-slim is cached between runs on a machine),
+starts it with a published port, waits for its Kafka-protocol healthcheck, produces and consumes through
+the published port with every codec, stops it (SIGTERM must be handled: a clean exit well within a
+second of broker time), restarts it on the same volume, then runs the compose example until its app
+service exits 0. Skipped only where podman cannot be installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.container
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "container.sh"
+IMAGE = "minibroker:latest"
+STOP_LIMIT_S = 2.0  # the goal is < 1 s; podman's own stop overhead (~0.3 s here) plus CI noise on top
+SKIP_EXIT = 77  # container.sh setup: podman cannot be installed here
+
+FIGURES: dict[str, float] = {}
+
+
+def script(*args: str, env: dict[str, str] | None = None,
+           timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def podman_env() -> dict[str, str]:
+    """podman installed, containers.conf written, base image present, images built: the env to use."""
+    t0 = time.monotonic()
+    setup = script("setup", timeout=900)
+    if setup.returncode == SKIP_EXIT:
+        reason = (setup.stderr.strip().splitlines() or ["podman cannot be installed"])[-1]
+        pytest.skip(f"podman cannot be installed on this machine: {reason}")
+    assert setup.returncode == 0, f"container.sh setup failed:\n{setup.stderr[-4000:]}"
+    FIGURES["setup_s"] = time.monotonic() - t0
+    env_line = script("env").stdout.strip()  # export CONTAINERS_CONF=...
+    conf = env_line.partition("CONTAINERS_CONF=")[2]
+    assert conf, env_line
+    env = dict(os.environ, CONTAINERS_CONF=conf)
+    t0 = time.monotonic()
+    build = script("build", env=env, timeout=900)
+    assert build.returncode == 0, f"container.sh build failed:\n{build.stderr[-4000:]}"
+    FIGURES["build_s"] = time.monotonic() - t0
+    return env
+
+
+def podman(env: dict[str, str], *args: str, check: bool = True, timeout: float = 60):
+    r = subprocess.run(["podman", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return r
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(env: dict[str, str], name: str, timeout: float = 60) -> float:
+    """Poll `podman healthcheck run` (no systemd timers here); return the seconds it took."""
+    t0 = time.monotonic()
+    while True:
+        if podman(env, "healthcheck", "run", name, check=False).returncode == 0:
+            return time.monotonic() - t0
+        state = podman(env, "inspect", "-f", "{{.State.Running}}", name, check=False).stdout.strip()
+        if state != "true" or time.monotonic() - t0 > timeout:
+            logs = podman(env, "logs", name, check=False)
+            pytest.fail(f"{name} not healthy (running={state}) after {time.monotonic() - t0:.1f} s:\n"
+                        f"{(logs.stdout + logs.stderr)[-4000:]}")
+        time.sleep(0.1)
+
+
+def produce_all_codecs(bootstrap: str, topic: str, per_codec: int) -> list[tuple[bytes, bytes]]:
+    """Produce with every codec kafka-python has here; the broker validates (decompresses) each batch,
+    which exercises the codec wheels installed in the image."""
+    from kafka import KafkaProducer
+    from kafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
+
+    codecs = [None] + [c for c, ok in (("gzip", has_gzip()), ("snappy", has_snappy()), ("lz4", has_lz4()),
+                                       ("zstd", has_zstd())) if ok]
+    sent: list[tuple[bytes, bytes]] = []
+    for codec in codecs:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type=codec, acks="all",
+                                 linger_ms=5)
+        try:
+            batch = [(f"{codec}-{i}".encode(), f"value {i} via {codec} ".encode() * 8)
+                     for i in range(per_codec)]
+            futures = [producer.send(topic, key=k, value=v, partition=0) for k, v in batch]
+            producer.flush(timeout=30)
+            for f in futures:
+                f.get(timeout=30)
+            sent.extend(batch)
+        finally:
+            producer.close(timeout=5)
+    return sent
+
+
+def consume(bootstrap: str, topic: str, count: int, timeout: float = 30) -> list[tuple[bytes, bytes]]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: list[tuple[bytes, bytes]] = []
+        deadline = time.monotonic() + timeout
+        while len(got) < count and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                got.extend((r.key, r.value) for r in records)
+        return got
+    finally:
+        consumer.close()
+
+
+def stop(env: dict[str, str], name: str) -> float:
+    t0 = time.monotonic()
+    podman(env, "stop", "-t", "10", name)
+    return time.monotonic() - t0
+
+
+def broker_shutdown_seconds(env: dict[str, str], name: str) -> float | None:
+    """Informational: SIGTERM handling inside the container, from the broker's own log lines
+    ("shutting down" .. the last line), as podman timestamps them."""
+    from datetime import datetime
+
+    lines = podman(env, "logs", "-t", name, check=False).stderr.splitlines()
+    stamps = [(line.split(" ", 1)[0], line) for line in lines if line[:4].isdigit()]
+    start = next((ts for ts, line in reversed(stamps) if "shutting down" in line), None)
+    if start is None or not stamps:
+        return None
+
+    def parse(ts: str) -> float:  # 2026-11-22T03:47:34.736367487Z (nanoseconds: cut to micro)
+        head, _, frac = ts.rstrip("Z").partition(".")
+        return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
+
+    return parse(stamps[-1][0]) - parse(start)
+
+
+def report(capsys) -> None:
+    with capsys.disabled():
+        print("\n[container figures] " + ", ".join(f"{k}={v:.3f}" for k, v in FIGURES.items()))
+
+
+def test_image_metadata(podman_env):
+    info = json.loads(podman(podman_env, "image", "inspect", IMAGE).stdout)[0]
+    config = info["Config"]
+    assert config["User"] not in ("", "0", "root", "0:0")
+    assert "/var/lib/minibroker" in config["Volumes"]
+    assert "9092/tcp" in config["ExposedPorts"]
+    assert config["StopSignal"] == "SIGTERM"
+    assert config["Entrypoint"] == ["minibroker", "serve"]
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env["KAFKA_LISTENERS"] == "PLAINTEXT://0.0.0.0:9092"
+    assert env["KAFKA_LOG_DIRS"] == "/var/lib/minibroker"
+    health = info.get("Healthcheck") or info.get("HealthCheck")
+    assert health and health["Test"][0] == "CMD-SHELL" and "minibroker healthcheck" in health["Test"][1]
+
+
+def test_image_serves_through_published_port_and_stops_fast(podman_env, capsys):
+    env = podman_env
+    name = f"minibroker-test-{os.getpid()}"
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    topic = f"container-{uuid.uuid4().hex[:8]}"
+    podman(env, "rm", "-f", "-t", "0", name, check=False)
+    try:
+        t0 = time.monotonic()
+        run = script("run", name, str(port), env=env, timeout=120)
+        assert run.returncode == 0, run.stderr
+        FIGURES["run_s"] = time.monotonic() - t0
+        wait_healthy(env, name)
+        FIGURES["start_to_healthy_s"] = time.monotonic() - t0
+
+        t1 = time.monotonic()
+        sent = produce_all_codecs(bootstrap, topic, per_codec=20)
+        got = consume(bootstrap, topic, len(sent))
+        FIGURES["produce_consume_s"] = time.monotonic() - t1
+        assert got == sent
+
+        # The data lands in the volume, written by the non-root user.
+        owner = podman(env, "exec", name, "stat", "-c", "%u", f"/var/lib/minibroker/{topic}-0").stdout.strip()
+        assert owner == "1000"
+
+        FIGURES["stop_s"] = stop(env, name)
+        shutdown = broker_shutdown_seconds(env, name)
+        if shutdown is not None:
+            FIGURES["broker_shutdown_s"] = shutdown
+        state = json.loads(podman(env, "inspect", name).stdout)[0]["State"]
+        logs = podman(env, "logs", name, check=False)
+        assert state["ExitCode"] == 0, f"unclean exit {state['ExitCode']}:\n{logs.stderr[-3000:]}"
+        assert FIGURES["stop_s"] < STOP_LIMIT_S, f"podman stop took {FIGURES['stop_s']:.2f} s"
+
+        # Restart on the same volume: the log is recovered and served again.
+        t2 = time.monotonic()
+        podman(env, "start", name)
+        wait_healthy(env, name)
+        FIGURES["restart_to_healthy_s"] = time.monotonic() - t2
+        assert consume(bootstrap, topic, len(sent)) == sent
+        FIGURES["stop_after_restart_s"] = stop(env, name)
+        assert FIGURES["stop_after_restart_s"] < STOP_LIMIT_S
+    finally:
+        podman(env, "rm", "-f", "-t", "0", name, check=False)
+        report(capsys)
+
+
+def test_compose_example_app_succeeds(podman_env, capsys):
+    project = f"minibroker-test-{os.getpid()}"
+    t0 = time.monotonic()
+    r = script("compose-example", project, env=podman_env, timeout=300)
+    FIGURES["compose_example_s"] = time.monotonic() - t0
+    report(capsys)
+    assert r.returncode == 0, (f"compose example failed ({r.returncode}):\n"
+                               f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    assert "consumed all 100 messages" in r.stdout
