@@ -81,7 +81,11 @@ class BrokerRunner:
         if self.port is not None:  # a restart keeps its port so clients reconnect
             overrides.append(f"listeners=PLAINTEXT://{self.host}:{self.port}")
         config = load_config(None, overrides, {})
-        logging.getLogger("minibroker").addHandler(self._capture)
+        broker_logger = logging.getLogger("minibroker")
+        if broker_logger.level == logging.NOTSET:  # otherwise the root's WARNING would drop the INFO lines
+            broker_logger.setLevel(self.log_level)
+        self._capture.setLevel(self.log_level)
+        broker_logger.addHandler(self._capture)
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="minibroker", daemon=True)
