@@ -41,7 +41,8 @@ def log_config_banner(config, config_file: str | None) -> None:
     from minibroker import __version__
 
     log = logging.getLogger("minibroker.config")
-    log.info("minibroker %s starting; config file: %s", __version__, config_file or "none (embedded defaults)")
+    log.info("minibroker %s starting; config file: %s", __version__,
+             config_file or "none (embedded defaults)")
     for key, value in sorted(config.non_default().items()):
         log.info("  %s = %s  (from %s)", key, value, config.source_of(key))
     log.info("effective config: %s", ", ".join(f"{k}={v}" for k, v in sorted(config.effective().items())))
@@ -172,7 +173,22 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--timeout", type=float, default=2.0)
     health.add_argument("--quiet", action="store_true")
     health.set_defaults(func=cmd_healthcheck)
+
+    add_console_tools(sub)
     return ap
+
+
+def add_console_tools(sub) -> None:
+    """``topics``, ``produce``, ``consume``, ``groups``: each module adds its own parser and ``run``."""
+    from minibroker.tools import consume, groups, produce, topics
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--bootstrap-server",
+                        default=os.environ.get("MINIBROKER_BOOTSTRAP_SERVER", "127.0.0.1:9092"),
+                        metavar="HOST:PORT", help="broker to talk to (env MINIBROKER_BOOTSTRAP_SERVER)")
+    common.add_argument("--timeout", type=float, default=10.0, help="request timeout in seconds")
+    for tool in (topics, produce, consume, groups):
+        tool.add_parser(sub, common)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 
 from minibroker.server.connection import KafkaConnection
-from minibroker.server.metrics import Metrics
+from minibroker.server.metrics import Metrics, StartupProgress
+from minibroker.server.metrics_http import start_metrics_http
 
 log = logging.getLogger("minibroker.broker")
 
@@ -48,6 +49,7 @@ class Broker:
         self.started_at = 0.0
         self.ready = asyncio.Event()
         self._close_hooks: list = []
+        self.metrics_http = None  # MetricsHttpServer (minibroker/server/metrics_http.py)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -61,7 +63,8 @@ class Broker:
         for d in log_dirs:
             os.makedirs(d, exist_ok=True)
         self.logs = LogManager(log_dirs, self.config, self.node_id)
-        self.logs.load()
+        with StartupProgress("loading logs", log):  # a line every 5 s while recovery blocks the loop
+            self.logs.load()
         self._start_services()
         max_request = self.config["socket.request.max.bytes"]
         loop = asyncio.get_running_loop()
@@ -72,6 +75,7 @@ class Broker:
             sock_port = server.sockets[0].getsockname()[1]
             self.bound.append(Endpoint(name, host, sock_port))
         self.advertised = self._advertised_endpoints()
+        self.metrics_http = await start_metrics_http(self)  # /metrics, only when metrics.port is set
         self.logs.start_retention()
         self.started_at = time.time()
         self.ready.set()

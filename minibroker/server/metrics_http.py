@@ -1,0 +1,104 @@
+"""The optional ``/metrics`` endpoint: a tiny HTTP/1.1 server on the broker's event loop.
+
+Started by ``Broker.start()`` when ``metrics.port`` is set (0 picks a free port; the bound port
+is ``MetricsHttpServer.port`` and is logged). It binds the host of the first listener, answers
+``GET /metrics`` (and ``HEAD``) with ``render_prometheus(broker)``, ``GET /`` with a pointer,
+404 for other paths and 405 for other methods; one request per connection
+(``Connection: close``), a 5 s deadline to send the request head, heads above 16 KiB refused.
+Not a general web server: no keep-alive, no chunked bodies, no TLS.
+
+Owner of: its listening socket and the connections it is answering; closed by the broker's
+close hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from minibroker.server.metrics import CONTENT_TYPE, render_prometheus
+
+log = logging.getLogger("minibroker.metrics")
+
+HEAD_LIMIT = 16 * 1024
+HEAD_TIMEOUT = 5.0
+
+
+class MetricsHttpServer:
+    def __init__(self, broker):
+        self.broker = broker
+        self.server: asyncio.base_events.Server | None = None
+        self.host = ""
+        self.port = 0
+        self._handlers: set[asyncio.Task] = set()
+
+    async def start(self, host: str, port: int) -> None:
+        self.server = await asyncio.start_server(self._serve, host or None, port, reuse_address=True,
+                                                 limit=HEAD_LIMIT)
+        self.host = host
+        self.port = self.server.sockets[0].getsockname()[1]
+        log.info("metrics at http://%s:%d/metrics", host or "0.0.0.0", self.port)
+
+    async def close(self) -> None:
+        if self.server is None:
+            return
+        self.server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+        try:
+            async with asyncio.timeout(0.5):
+                await self.server.wait_closed()
+        except TimeoutError:
+            pass
+        self.server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._handlers.add(task)
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT):
+                head = await reader.readuntil(b"\r\n\r\n")
+            status, body, content_type = self._answer(head)
+            include_body = not head.startswith(b"HEAD ")
+            writer.write(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                         % (status.encode(), content_type.encode(), len(body)))
+            if include_body:
+                writer.write(body)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as e:
+            log.debug("metrics request dropped: %r", e)
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except ConnectionError:
+                pass
+
+    def _answer(self, head: bytes) -> tuple[str, bytes, str]:
+        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = request_line.split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return "400 Bad Request", b"bad request\n", "text/plain"
+        method, target = parts[0], parts[1].split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", b"GET only\n", "text/plain"
+        if target == "/metrics":
+            return "200 OK", render_prometheus(self.broker).encode(), CONTENT_TYPE
+        if target == "/":
+            return "200 OK", b"minibroker: metrics at /metrics\n", "text/plain"
+        return "404 Not Found", b"not found\n", "text/plain"
+
+
+async def start_metrics_http(broker) -> MetricsHttpServer | None:
+    """Start the endpoint if ``metrics.port`` is set; it is closed with the broker."""
+    port = broker.config["metrics.port"]
+    if port is None:
+        return None
+    host = broker.bound[0].host if broker.bound else ""
+    server = MetricsHttpServer(broker)
+    await server.start(host, port)
+    broker.on_close(server.close)
+    return server

@@ -1,0 +1,188 @@
+"""``minibroker groups``: kafka-consumer-groups.sh with kafka-python's admin client underneath.
+
+Actions:
+- ``list`` (``--state`` adds the state column);
+- ``describe --group G``: one row per committed or assigned partition with CURRENT-OFFSET,
+  LOG-END-OFFSET, LAG and the owning member, like ``kafka-consumer-groups.sh --describe``;
+- ``reset-offsets --group G (--topic T[:P,P] ... | --all-topics) --to-earliest|--to-latest|
+  --to-offset N [--execute]``: prints the plan and only commits it with ``--execute`` (Kafka's
+  dry-run default); refused unless the group is inactive (Empty or Dead), as Kafka does;
+- ``delete --group G``: DeleteGroups (the group must be empty).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from minibroker.tools.produce import missing_kafka_python
+
+INACTIVE = ("Empty", "Dead")
+
+
+def add_parser(sub, common: argparse.ArgumentParser) -> None:
+    groups = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups")
+    actions = groups.add_subparsers(dest="action", required=True)
+    lst = actions.add_parser("list", parents=[common], help="group ids")
+    lst.add_argument("--state", action="store_true", help="also print each group's state")
+    describe = actions.add_parser("describe", parents=[common], help="offsets, lag and members of a group")
+    describe.add_argument("--group", required=True)
+    reset = actions.add_parser("reset-offsets", parents=[common],
+                               help="move an inactive group's committed offsets")
+    reset.add_argument("--group", required=True)
+    which = reset.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", action="append", metavar="TOPIC[:P,P]", help="repeatable")
+    which.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int, metavar="N", help="clamped to [earliest, latest]")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    mode.add_argument("--dry-run", action="store_true", help="only print them (the default)")
+    delete = actions.add_parser("delete", parents=[common], help="delete an empty group")
+    delete.add_argument("--group", required=True)
+    groups.set_defaults(func=run)
+
+
+def _table(rows: list[list], out) -> None:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print(" ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(), file=out)
+
+
+def _describe_one(admin, group_id: str):
+    return admin.describe_groups([group_id])[group_id]
+
+
+def _list(admin, args, out) -> int:
+    groups = sorted(admin.list_groups(), key=lambda g: g["group_id"])
+    if args.state:
+        _table([["GROUP", "STATE"]] + [[g["group_id"], g.get("group_state") or ""] for g in groups], out)
+    else:
+        for g in groups:
+            print(g["group_id"], file=out)
+    return 0
+
+
+def _describe(admin, args, out) -> int:
+    from kafka import TopicPartition
+    from kafka.admin import OffsetSpec
+
+    info = _describe_one(admin, args.group)
+    committed = admin.list_group_offsets(args.group).get(args.group, {})
+    owners: dict = {}
+    for m in info.get("members") or []:
+        assignment = m.get("member_assignment") or {}
+        for a in assignment.get("assigned_partitions") or [] if isinstance(assignment, dict) else []:
+            for p in a["partitions"]:
+                owners[TopicPartition(a["topic"], p)] = m
+    tps = sorted(set(committed) | set(owners))
+    state = info.get("group_state") or "Dead"
+    if state == "Dead" and not tps:
+        print(f"Consumer group '{args.group}' does not exist.", file=out)
+        return 1
+    if not info.get("members"):
+        print(f"Consumer group '{args.group}' has no active members.", file=out)
+    ends = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps}) if tps else {}
+    rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+             "CLIENT-ID"]]
+    for tp in tps:
+        c = committed.get(tp)
+        current = c.offset if c is not None and c.offset >= 0 else None
+        end = ends[tp].offset if tp in ends else None
+        lag = end - current if current is not None and end is not None else None
+        m = owners.get(tp, {})
+        rows.append([args.group, tp.topic, tp.partition, _dash(current), _dash(end), _dash(lag),
+                     m.get("member_id") or "-", m.get("client_host") or "-", m.get("client_id") or "-"])
+    print(f"GROUP STATE: {state}", file=out)
+    _table(rows, out)
+    return 0
+
+
+def _dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _reset(admin, args, out) -> int:
+    from kafka import TopicPartition
+    from kafka.admin import OffsetSpec
+
+    info = _describe_one(admin, args.group)
+    state = info.get("group_state") or "Dead"
+    if state not in INACTIVE:
+        print(f"minibroker groups: assignments can only be reset if the group '{args.group}' is inactive, "
+              f"but the current state is {state}.", file=sys.stderr)
+        return 1
+    committed = admin.list_group_offsets(args.group).get(args.group, {})
+    tps: list = []
+    if args.all_topics:
+        tps = sorted(committed)
+    else:
+        for spec in args.topic:
+            topic, _, parts = spec.partition(":")
+            if parts:
+                tps += [TopicPartition(topic, int(p)) for p in parts.split(",") if p]
+            else:
+                described = admin.describe_topics([topic])
+                if not described or described[0].get("error_code"):
+                    print(f"minibroker groups: topic {topic} does not exist", file=sys.stderr)
+                    return 1
+                tps += [TopicPartition(topic, p["partition_index"]) for p in described[0]["partitions"]]
+    if not tps:
+        print(f"minibroker groups: group '{args.group}' has no offsets to reset", file=sys.stderr)
+        return 1
+    earliest = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in tps})
+    latest = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})
+    plan = {}
+    for tp in tps:
+        low, high = earliest[tp].offset, latest[tp].offset
+        target = low if args.to_earliest else high if args.to_latest else args.to_offset
+        plan[tp] = min(max(target, low), high)
+    if args.execute:
+        result = admin.reset_group_offsets(args.group, dict(plan))
+        failed = {tp: r["error"] for tp, r in result.items() if r["error"].errno != 0}
+        if failed:
+            print(f"minibroker groups: reset failed: {failed}", file=sys.stderr)
+            return 1
+    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
+    rows += [[args.group, tp.topic, tp.partition, plan[tp]] for tp in sorted(plan)]
+    _table(rows, out)
+    if not args.execute:
+        print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
+    return 0
+
+
+def _delete(admin, args, out) -> int:
+    result = admin.delete_groups([args.group])
+    outcome = result.get(args.group)
+    if outcome != "OK":
+        print(f"minibroker groups: cannot delete group '{args.group}': {outcome}", file=sys.stderr)
+        return 1
+    print(f"Deleted consumer group '{args.group}'.", file=out)
+    return 0
+
+
+ACTIONS = {"list": _list, "describe": _describe, "reset-offsets": _reset, "delete": _delete}
+
+
+def run(args, out=None) -> int:
+    try:
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaError
+    except ImportError:
+        return missing_kafka_python("groups")
+    out = out or sys.stdout
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="minibroker-groups",
+                                 request_timeout_ms=int(args.timeout * 1000))
+    except KafkaError as e:
+        print(f"minibroker groups: cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
+        return 1
+    try:
+        return ACTIONS[args.action](admin, args, out)
+    except KafkaError as e:
+        print(f"minibroker groups: {e!r}", file=sys.stderr)
+        return 1
+    finally:
+        admin.close()
