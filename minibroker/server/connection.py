@@ -66,6 +66,7 @@ class KafkaConnection(asyncio.Protocol):
         # buffer is empty again, which is when sendfile may write to the socket directly.
         transport.set_write_buffer_limits(high=0, low=0)
         self.broker.connections.add(self)
+        self.broker.metrics.connections_opened += 1
         log.debug("connection from %s", self.peer)
 
     def connection_lost(self, exc):
@@ -207,6 +208,7 @@ class KafkaConnection(asyncio.Protocol):
         if response is not None and not self._closed:
             parts = codec.encode_response(header.api_key, version, header.correlation_id, response)
             if len(parts) == 1:
+                self.broker.metrics.bytes_out += len(parts[0])
                 # written at once, not batched per read: the client's next request (5 in flight at
                 # most) is sent sooner, which measured faster than saving the syscalls
                 self.transport.write(parts[0])
