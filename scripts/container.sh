@@ -251,7 +251,7 @@ cmd_compose_example() {
     use_conf
     local pc=(podman-compose -p "$project" -f "$ROOT/compose.yaml")
     local rc=0
-    podman image exists "$IMAGE" && podman image exists "$APP_IMAGE" || cmd_build
+    cmd_build  # a no-op when both images match their inputs
     (cd "$ROOT" && "${pc[@]}" down -t 2 >/dev/null 2>&1) || true
     (cd "$ROOT" && denoise "${pc[@]}" up -d --no-build minibroker >/dev/null) \
         || die "compose up minibroker failed"

@@ -151,9 +151,15 @@ def broker_shutdown_seconds(env: dict[str, str], name: str) -> float | None:
     return parse(stamps[-1][0]) - parse(start)
 
 
+_reported: set[str] = set()
+
+
 def report(capsys) -> None:
+    """Print the figures measured since the last report (seconds), past pytest's capture."""
+    new = {k: v for k, v in FIGURES.items() if k not in _reported}
+    _reported.update(new)
     with capsys.disabled():
-        print("\n[container figures] " + ", ".join(f"{k}={v:.3f}" for k, v in FIGURES.items()))
+        print("\n[container figures] " + ", ".join(f"{k}={v:.3f}" for k, v in new.items()))
 
 
 def test_image_metadata(podman_env):
