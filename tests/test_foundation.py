@@ -174,3 +174,18 @@ def test_process_mode_starts_fast_and_stops_on_sigterm(minibroker_factory):
     broker._log_file.close()
     assert "minibroker stopped" in broker.log_text()
     assert t1 - t0 < 30
+
+
+def test_each_listener_advertises_its_own_address(minibroker_factory):
+    broker = minibroker_factory({
+        "listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        "advertised.listeners": "INTERNAL://broker.internal:0,EXTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL"})
+    ports = {e.listener: e.port for e in broker.broker.bound}
+    for name, host in (("INTERNAL", "broker.internal"), ("EXTERNAL", "127.0.0.1")):
+        with WireClient("127.0.0.1", ports[name]) as c:
+            md = c.request(3, 12, {"topics": None})
+            fc = c.request(10, 3, {"key": "g", "key_type": 0})
+        assert [(b.host, b.port) for b in md.brokers] == [(host, ports[name])]
+        assert (fc.host, fc.port) == (host, ports[name])

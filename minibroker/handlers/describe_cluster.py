@@ -29,7 +29,7 @@ def handle_describe_cluster(broker, header, request):
         return Struct(throttle_time_ms=0, error_code=int(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE),
                       error_message="The broker does not support the requested endpoint type",
                       endpoint_type=endpoint_type, cluster_id=broker.cluster_id, controller_id=-1, brokers=[])
-    endpoint = broker.endpoint_for()
+    endpoint = broker.endpoint_for(header.listener)
     return Struct(
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINT,
         cluster_id=broker.cluster_id, controller_id=broker.node_id,

@@ -32,7 +32,7 @@ def _locate(broker, key_type: int) -> tuple[int, str | None]:
 @handles(10, (0, 6))
 def handle_find_coordinator(broker, header, request):
     version = header.api_version
-    endpoint = broker.endpoint_for()
+    endpoint = broker.endpoint_for(header.listener)
     key_type = request.key_type if version >= 1 else GROUP
     error, message = _locate(broker, key_type)
     ok = error == ErrorCode.NONE

@@ -66,7 +66,7 @@ def handle_metadata(broker, header, request):
                 out.append(_error_topic(name, e.code))
                 continue
         out.append(topic_metadata(broker, name, info))
-    endpoint = broker.endpoint_for()
+    endpoint = broker.endpoint_for(header.listener)
     return Struct(
         throttle_time_ms=0,
         brokers=[Struct(node_id=broker.node_id, host=endpoint.host, port=endpoint.port, rack=None)],

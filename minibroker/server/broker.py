@@ -69,7 +69,7 @@ class Broker:
         max_request = self.config["socket.request.max.bytes"]
         loop = asyncio.get_running_loop()
         for name, host, port in self.config.listener_endpoints():
-            server = await loop.create_server(lambda: KafkaConnection(self, max_request),
+            server = await loop.create_server(lambda name=name: KafkaConnection(self, max_request, name),
                                               host or None, port, reuse_address=True, backlog=1024)
             self._servers.append(server)
             sock_port = server.sockets[0].getsockname()[1]

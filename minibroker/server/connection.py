@@ -41,8 +41,9 @@ API_VERSIONS = 18
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, broker, max_request_size: int):
+    def __init__(self, broker, max_request_size: int, listener: str = "PLAINTEXT"):
         self.broker = broker
+        self.listener = listener  # the listener name this connection came in on
         self.max_request_size = max_request_size
         self.transport: asyncio.Transport | None = None
         self.peer = None
@@ -158,6 +159,7 @@ class KafkaConnection(asyncio.Protocol):
             header, body_pos = codec.decode_request_header(frame)
         except ProtocolViolation as e:
             return self._violation(f"bad request header: {e}")
+        header.peer, header.listener = self.peer, self.listener  # for client_host and advertised endpoints
         api_key, version = header.api_key, header.api_version
         handler = HANDLERS.get(api_key)
         if handler is None:
