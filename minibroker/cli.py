@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -17,6 +16,8 @@ import time
 
 class JsonLogFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        import json
+
         out = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
                "message": record.getMessage()}
         if record.exc_info:
@@ -141,7 +142,7 @@ def cmd_healthcheck(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="minibroker", description="A single-node Kafka-compatible broker.")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -174,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--quiet", action="store_true")
     health.set_defaults(func=cmd_healthcheck)
 
-    add_console_tools(sub)
+    if console_tools:  # ``serve`` skips them: their modules are startup time spent for nothing
+        add_console_tools(sub)
     return ap
 
 
@@ -192,7 +194,8 @@ def add_console_tools(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(console_tools=not (argv and argv[0] in ("serve", "healthcheck"))).parse_args(argv)
     return args.func(args)
 
 

@@ -15,13 +15,25 @@ from dataclasses import dataclass
 
 from minibroker.coordinator.producer_state import ProducerStateTable, snapshot_files
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.records import AppendConfig, validate_and_assign
 from minibroker.records.framing import scan_entries
 
 log = logging.getLogger("minibroker.replica")
 
 _PID_EPOCH_SEQ = struct.Struct(">qhi")
 REPLAY_CHUNK = 8 << 20
+
+
+def _validate_and_assign():
+    """The validator, imported on first use: codecs (zstd, lz4, snappy) cost startup time."""
+    global _validator
+    if _validator is None:
+        from minibroker.records import validate_and_assign
+
+        _validator = validate_and_assign
+    return _validator
+
+
+_validator = None
 
 
 @dataclass
@@ -39,8 +51,9 @@ def _timestamp_bound(value) -> int:
     return value if value >= 0 else 2**63 - 1
 
 
-def append_config_for(log_config: dict, broker_config) -> AppendConfig:
-    """The validator's view of a topic's effective config."""
+def append_config_for(log_config: dict, broker_config):
+    """The validator's view of a topic's effective config (an ``AppendConfig``)."""
+    from minibroker.records import AppendConfig  # the record layer loads with the first append
     before = log_config.get("message.timestamp.before.max.ms",
                             log_config.get("message.timestamp.difference.max.ms", 2**63 - 1))
     after = log_config.get("message.timestamp.after.max.ms",
@@ -64,7 +77,7 @@ class ReplicaManager:
         self.logs = broker.logs
         self._producer_states: dict[tuple[str, int], ProducerStateTable] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
-        self._append_configs: dict[tuple[str, int], tuple[int, AppendConfig]] = {}
+        self._append_configs: dict[tuple[str, int], tuple] = {}
 
     # -- lookup ---------------------------------------------------------------------------------
 
@@ -132,7 +145,7 @@ class ReplicaManager:
         self._producer_states.pop((topic, partition), None)
         self._append_configs.pop((topic, partition), None)
 
-    def _append_config(self, topic: str, partition: int, plog) -> AppendConfig:
+    def _append_config(self, topic: str, partition: int, plog):
         key = (topic, partition)
         version = id(plog.config)
         cached = self._append_configs.get(key)
@@ -152,7 +165,7 @@ class ReplicaManager:
         if now_ms is None:
             now_ms = int(time.time() * 1000)
         config = self._append_config(topic, partition, plog)
-        result = validate_and_assign(records, next_offset=plog.log_end_offset, now_ms=now_ms, config=config,
+        result = _validate_and_assign()(records, next_offset=plog.log_end_offset, now_ms=now_ms, config=config,
                                      produce_version=produce_version, leader_epoch=0,
                                      is_from_client=from_client)
         table = None

@@ -205,7 +205,7 @@ class _SendfileCeiling(asyncio.Protocol):
             size = struct.unpack_from(">i", buf, pos)[0]
             if len(buf) - pos - 4 < size:
                 break
-            corr, offset, want = struct.unpack_from(">iqi", buf, pos + 4 + 4)
+            corr, offset, want = struct.unpack_from(">iqi", buf, pos + 8)
             self.queue.put_nowait((corr, offset, want))
             pos += 4 + size
         del buf[:pos]
@@ -327,7 +327,7 @@ def generate(port: int, frames: list[bytes], count: int, window: int = 5) -> flo
 def fetch_frames_ceiling(total_bytes: int, chunk: int) -> list[bytes]:
     frames = []
     for off in range(0, total_bytes, chunk):
-        body = struct.pack(">hhi", 1, 4, 1) + struct.pack(">iqi", 1, off, min(chunk, total_bytes - off))
+        body = struct.pack(">hhiqi", 1, 4, 1, off, min(chunk, total_bytes - off))  # key, version, corr, offset, size
         frames.append(struct.pack(">i", len(body)) + body)
     return frames
 

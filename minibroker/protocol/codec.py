@@ -15,7 +15,6 @@ send them with sendfile. Sans-I/O: no sockets, no asyncio.
 from __future__ import annotations
 
 import struct
-import uuid as _uuid
 from functools import lru_cache
 from types import SimpleNamespace
 from collections.abc import Mapping
@@ -392,7 +391,7 @@ def _write_bool(w: Writer, v):
 
 
 def _write_uuid(w: Writer, v):
-    if isinstance(v, _uuid.UUID):
+    if hasattr(v, "bytes") and not isinstance(v, (bytes, bytearray)):  # a uuid.UUID
         v = v.bytes
     if v is None:
         v = ZERO_UUID
@@ -686,5 +685,7 @@ def decode_response(api_key: int, api_version: int, frame) -> tuple[int, Struct]
     return header.correlation_id, decode(RESPONSES[api_key].name, api_version, frame, pos)
 
 
-def uuid_from_bytes(b: bytes) -> _uuid.UUID:
-    return _uuid.UUID(bytes=bytes(b))
+def uuid_from_bytes(b: bytes):
+    import uuid
+
+    return uuid.UUID(bytes=bytes(b))
