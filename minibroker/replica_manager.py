@@ -54,10 +54,13 @@ def _timestamp_bound(value) -> int:
 def append_config_for(log_config: dict, broker_config):
     """The validator's view of a topic's effective config (an ``AppendConfig``)."""
     from minibroker.records import AppendConfig  # the record layer loads with the first append
-    before = log_config.get("message.timestamp.before.max.ms",
-                            log_config.get("message.timestamp.difference.max.ms", 2**63 - 1))
-    after = log_config.get("message.timestamp.after.max.ms",
-                           log_config.get("message.timestamp.difference.max.ms", 2**63 - 1))
+
+    before = log_config.get(
+        "message.timestamp.before.max.ms", log_config.get("message.timestamp.difference.max.ms", 2**63 - 1)
+    )
+    after = log_config.get(
+        "message.timestamp.after.max.ms", log_config.get("message.timestamp.difference.max.ms", 2**63 - 1)
+    )
     cleanup = log_config.get("cleanup.policy", "delete")
     if isinstance(cleanup, str):
         cleanup = [c.strip() for c in cleanup.split(",")]
@@ -119,8 +122,15 @@ class ReplicaManager:
                 pid, epoch, base_seq = _PID_EPOCH_SEQ.unpack_from(data, entry.position + 43)
                 if pid >= 0 and base_seq >= 0:
                     delta = entry.last_offset - entry.base_offset
-                    table.record(pid, epoch, base_seq, base_seq + delta, entry.base_offset,
-                                 entry.last_offset, entry.max_timestamp)
+                    table.record(
+                        pid,
+                        epoch,
+                        base_seq,
+                        base_seq + delta,
+                        entry.base_offset,
+                        entry.last_offset,
+                        entry.max_timestamp,
+                    )
                     replayed += 1
             if last < offset:
                 break
@@ -156,8 +166,16 @@ class ReplicaManager:
 
     # -- append ---------------------------------------------------------------------------------
 
-    def append_records(self, topic: str, partition: int, records, produce_version: int,
-                       now_ms: int | None = None, *, from_client: bool = True) -> AppendOutcome:
+    def append_records(
+        self,
+        topic: str,
+        partition: int,
+        records,
+        produce_version: int,
+        now_ms: int | None = None,
+        *,
+        from_client: bool = True,
+    ) -> AppendOutcome:
         """Validate, check idempotence, assign offsets and append one partition's records."""
         plog = self.get_log(topic, partition)
         if records is None or len(records) == 0:
@@ -165,33 +183,62 @@ class ReplicaManager:
         if now_ms is None:
             now_ms = int(time.time() * 1000)
         config = self._append_config(topic, partition, plog)
-        result = _validate_and_assign()(records, next_offset=plog.log_end_offset, now_ms=now_ms, config=config,
-                                     produce_version=produce_version, leader_epoch=0,
-                                     is_from_client=from_client)
+        result = _validate_and_assign()(
+            records,
+            next_offset=plog.log_end_offset,
+            now_ms=now_ms,
+            config=config,
+            produce_version=produce_version,
+            leader_epoch=0,
+            is_from_client=from_client,
+        )
         table = None
         for batch in result.batches:
             if batch.producer_id < 0:
                 continue
             if table is None:
                 table = self.producer_state(topic, partition)
-            duplicate = table.check(batch.producer_id, batch.producer_epoch, batch.base_sequence,
-                                    batch.last_sequence)
+            duplicate = table.check(
+                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
+            )
             if duplicate is not None:
                 if len(result.batches) == 1:
-                    raise KafkaError(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "duplicate batch",
-                                     base_offset=duplicate.first_offset)
-                raise KafkaError(ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "duplicate batch in a multi-batch request")
-        plog.append(result.data, first_offset=result.first_offset, last_offset=result.last_offset,
-                    max_timestamp=result.max_timestamp, offset_of_max_timestamp=result.offset_of_max_timestamp,
-                    record_count=result.record_count)
+                    raise KafkaError(
+                        ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+                        "duplicate batch",
+                        base_offset=duplicate.first_offset,
+                    )
+                raise KafkaError(
+                    ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "duplicate batch in a multi-batch request"
+                )
+        plog.append(
+            result.data,
+            first_offset=result.first_offset,
+            last_offset=result.last_offset,
+            max_timestamp=result.max_timestamp,
+            offset_of_max_timestamp=result.offset_of_max_timestamp,
+            record_count=result.record_count,
+        )
         if table is not None:
             for batch in result.batches:
-                table.record(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
-                             batch.first_offset, batch.last_offset, result.max_timestamp)
+                table.record(
+                    batch.producer_id,
+                    batch.producer_epoch,
+                    batch.base_sequence,
+                    batch.last_sequence,
+                    batch.first_offset,
+                    batch.last_offset,
+                    result.max_timestamp,
+                )
         self.broker.metrics.bytes_in += len(result.data)
         self.wake(topic, partition)
-        return AppendOutcome(result.first_offset, result.log_append_time_ms, plog.log_start_offset,
-                             path=str(result.path), record_count=result.record_count)
+        return AppendOutcome(
+            result.first_offset,
+            result.log_append_time_ms,
+            plog.log_start_offset,
+            path=str(result.path),
+            record_count=result.record_count,
+        )
 
     # -- long-poll waiters ----------------------------------------------------------------------
 
@@ -202,15 +249,15 @@ class ReplicaManager:
                 if not fut.done():
                     fut.set_result(None)
 
-    async def wait_for_append(self, keys, timeout: float) -> bool:
-        """Wait until any of ``keys`` (topic, partition) gets an append, or ``timeout`` seconds pass."""
-        if timeout <= 0:
+    async def wait_for_append(self, keys, seconds: float) -> bool:
+        """Wait until any of ``keys`` (topic, partition) gets an append, or ``seconds`` pass."""
+        if seconds <= 0:
             return False
         fut = asyncio.get_running_loop().create_future()
         for key in keys:
             self._waiters.setdefault(key, set()).add(fut)
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(seconds):
                 await fut
             return True
         except TimeoutError:

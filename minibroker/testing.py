@@ -41,8 +41,15 @@ class _LogCapture(logging.Handler):
 class BrokerRunner:
     """A broker started on demand; ``mode`` is ``"thread"`` (fastest) or ``"process"``."""
 
-    def __init__(self, overrides: dict[str, str] | None = None, *, data_dir: str | None = None,
-                 mode: str = "thread", host: str = "127.0.0.1", log_level: str = "INFO"):
+    def __init__(
+        self,
+        overrides: dict[str, str] | None = None,
+        *,
+        data_dir: str | None = None,
+        mode: str = "thread",
+        host: str = "127.0.0.1",
+        log_level: str = "INFO",
+    ):
         if mode not in ("thread", "process"):
             raise ValueError("mode must be 'thread' or 'process'")
         self.mode = mode
@@ -50,8 +57,12 @@ class BrokerRunner:
         self.log_level = log_level
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="minibroker-")
-        self.overrides = {"listeners": f"PLAINTEXT://{host}:0", "log.dirs": self.data_dir,
-                          "group.initial.rebalance.delay.ms": "0", **(overrides or {})}
+        self.overrides = {
+            "listeners": f"PLAINTEXT://{host}:0",
+            "log.dirs": self.data_dir,
+            "group.initial.rebalance.delay.ms": "0",
+            **(overrides or {}),
+        }
         self.port: int | None = None
         self.broker = None  # the Broker object in thread mode
         self.process: subprocess.Popen | None = None
@@ -202,10 +213,23 @@ class BrokerRunner:
 
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
         with self._client() as c:
-            r = c.request(19, 4, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
-                                              "assignments": [], "configs": [
-                                                  {"name": k, "value": str(v)} for k, v in (config or {}).items()]}],
-                                  "timeout_ms": 10000, "validate_only": False})
+            r = c.request(
+                19,
+                4,
+                {
+                    "topics": [
+                        {
+                            "name": name,
+                            "num_partitions": partitions,
+                            "replication_factor": 1,
+                            "assignments": [],
+                            "configs": [{"name": k, "value": str(v)} for k, v in (config or {}).items()],
+                        }
+                    ],
+                    "timeout_ms": 10000,
+                    "validate_only": False,
+                },
+            )
         err = r.topics[0].error_code
         if err:
             raise RuntimeError(f"create_topic({name!r}) failed: error {err} {r.topics[0].error_message}")
@@ -217,27 +241,51 @@ class BrokerRunner:
         if err:
             raise RuntimeError(f"delete_topic({name!r}) failed: error {err}")
 
-    def produce(self, topic: str, values, *, key: bytes | None = None, partition: int | None = None,
-                headers=None, **producer_config) -> list[int]:
+    def produce(
+        self,
+        topic: str,
+        values,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers=None,
+        **producer_config,
+    ) -> list[int]:
         """Send values (bytes or str) with kafka-python; returns their offsets."""
         from kafka import KafkaProducer
 
         producer = KafkaProducer(bootstrap_servers=self.bootstrap_servers, **producer_config)
         try:
-            futures = [producer.send(topic, value=v.encode() if isinstance(v, str) else v, key=key,
-                                     partition=partition, headers=headers) for v in values]
+            futures = [
+                producer.send(
+                    topic,
+                    value=v.encode() if isinstance(v, str) else v,
+                    key=key,
+                    partition=partition,
+                    headers=headers,
+                )
+                for v in values
+            ]
             producer.flush(30)
             return [f.get(30).offset for f in futures]
         finally:
             producer.close(5)
 
-    def consume(self, topic: str, count: int, *, timeout: float = 10.0, partition: int | None = None,
-                **consumer_config) -> list:
+    def consume(
+        self,
+        topic: str,
+        count: int,
+        *,
+        timeout: float = 10.0,
+        partition: int | None = None,
+        **consumer_config,
+    ) -> list:
         """Read ``count`` records from the start of ``topic`` with kafka-python (assign, no group)."""
         from kafka import KafkaConsumer, TopicPartition
 
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False,
-                                 **consumer_config)
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False, **consumer_config
+        )
         try:
             if partition is None:
                 parts = consumer.partitions_for_topic(topic) or {0}

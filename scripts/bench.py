@@ -97,8 +97,12 @@ class BrokerProcess:
     def __init__(self, overrides: dict[str, str] | None = None, loop: str = "auto"):
         self.dir = tempfile.mkdtemp(prefix="mb-bench-")
         self.port = free_port()
-        self.overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": self.dir,
-                          "group.initial.rebalance.delay.ms": "0", **(overrides or {})}
+        self.overrides = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": self.dir,
+            "group.initial.rebalance.delay.ms": "0",
+            **(overrides or {}),
+        }
         self.loop = loop
         self.proc: subprocess.Popen | None = None
         self.startup_s = 0.0
@@ -108,8 +112,9 @@ class BrokerProcess:
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     env=bench_env())
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=bench_env()
+        )
         wait_port(self.port)
         self.startup_s = time.perf_counter() - t0
         return self
@@ -139,10 +144,23 @@ def create_topic(port: int, name: str, partitions: int = 1, config: dict | None 
     from minibroker.tools.wire import WireClient
 
     with WireClient("127.0.0.1", port) as c:
-        r = c.request(19, 4, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
-                                          "assignments": [], "configs": [{"name": k, "value": v} for k, v in
-                                                                         (config or {}).items()]}],
-                              "timeout_ms": 10000, "validate_only": False})
+        r = c.request(
+            19,
+            4,
+            {
+                "topics": [
+                    {
+                        "name": name,
+                        "num_partitions": partitions,
+                        "replication_factor": 1,
+                        "assignments": [],
+                        "configs": [{"name": k, "value": v} for k, v in (config or {}).items()],
+                    }
+                ],
+                "timeout_ms": 10000,
+                "validate_only": False,
+            },
+        )
         if r.topics[0].error_code not in (0, 36):
             raise RuntimeError(f"create {name}: {r.topics[0].error_code}")
 
@@ -171,8 +189,8 @@ class _AppendCeiling(asyncio.Protocol):
             size = struct.unpack_from(">i", buf, pos)[0]
             if n - pos - 4 < size:
                 break
-            os.write(self.fd, memoryview(buf)[pos + 4: pos + 4 + size])
-            corr = buf[pos + 8: pos + 12]
+            os.write(self.fd, memoryview(buf)[pos + 4 : pos + 4 + size])
+            corr = buf[pos + 8 : pos + 12]
             out.append(b"\x00\x00\x00\x0c" + bytes(corr) + b"\x00" * 8)
             pos += 4 + size
         if pos:
@@ -225,11 +243,10 @@ def run_ceiling_server(kind: str, port: int, path: str, ready: threading.Event, 
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             server = await loop.create_server(lambda: _AppendCeiling(fd), "127.0.0.1", port)
         else:
-            f = open(path, "rb")  # noqa: SIM115
+            f = open(path, "rb")  # noqa: SIM115, ASYNC230 - before serving; kept open while it serves
             server = await loop.create_server(lambda: _SendfileCeiling(f), "127.0.0.1", port)
         ready.set()
-        while not stop.is_set():
-            await asyncio.sleep(0.05)
+        await asyncio.to_thread(stop.wait)
         server.close()
 
     asyncio.run(main())
@@ -242,7 +259,9 @@ class CeilingProcess:
         self.kind, self.path, self.port = kind, path, free_port()
 
     def __enter__(self):
-        self.proc = subprocess.Popen([sys.executable, __file__, "_ceiling", self.kind, str(self.port), self.path])
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "_ceiling", self.kind, str(self.port), self.path]
+        )
         wait_port(self.port)
         return self
 
@@ -267,15 +286,29 @@ def _ceiling_main(kind: str, port: str, path: str) -> None:
 # the raw load generator: pre-built frames, a window of requests in flight, in its own process
 
 
-def produce_frames(topic: str, partitions: int, record_size: int, records_per_batch: int, compression: int,
-                   version: int = 9, acks: int = 1) -> list[bytes]:
+def produce_frames(
+    topic: str,
+    partitions: int,
+    record_size: int,
+    records_per_batch: int,
+    compression: int,
+    version: int = 9,
+    acks: int = 1,
+) -> list[bytes]:
     value = os.urandom(record_size // 2).hex().encode()[:record_size]
     frames = []
     for p in range(partitions):
-        batch = build_records(2, [(i, int(time.time() * 1000), None, value) for i in range(records_per_batch)],
-                              compression=compression)
-        body = {"transactional_id": None, "acks": acks, "timeout_ms": 30000,
-                "topic_data": [{"name": topic, "partition_data": [{"index": p, "records": batch}]}]}
+        batch = build_records(
+            2,
+            [(i, int(time.time() * 1000), None, value) for i in range(records_per_batch)],
+            compression=compression,
+        )
+        body = {
+            "transactional_id": None,
+            "acks": acks,
+            "timeout_ms": 30000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": p, "records": batch}]}],
+        }
         frames.append(codec.encode_request(0, version, 1, body, "bench"))
     return frames
 
@@ -327,7 +360,9 @@ def generate(port: int, frames: list[bytes], count: int, window: int = 5) -> flo
 def fetch_frames_ceiling(total_bytes: int, chunk: int) -> list[bytes]:
     frames = []
     for off in range(0, total_bytes, chunk):
-        body = struct.pack(">hhiqi", 1, 4, 1, off, min(chunk, total_bytes - off))  # key, version, corr, offset, size
+        body = struct.pack(
+            ">hhiqi", 1, 4, 1, off, min(chunk, total_bytes - off)
+        )  # key, version, corr, offset, size
         frames.append(struct.pack(">i", len(body)) + body)
     return frames
 
@@ -341,11 +376,26 @@ def fetch_generate_broker(port: int, topic: str, total_records: int, max_bytes: 
     with WireClient("127.0.0.1", port, timeout=30) as c:
         t0 = time.perf_counter()
         while offset < total_records:
-            frame = codec.encode_request(1, 4, 1, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0,
-                                                   "max_bytes": max_bytes, "isolation_level": 0, "topics": [
-                                                       {"topic": topic, "partitions": [
-                                                           {"partition": 0, "fetch_offset": offset,
-                                                            "partition_max_bytes": max_bytes}]}]})
+            frame = codec.encode_request(
+                1,
+                4,
+                1,
+                {
+                    "replica_id": -1,
+                    "max_wait_ms": 0,
+                    "min_bytes": 0,
+                    "max_bytes": max_bytes,
+                    "isolation_level": 0,
+                    "topics": [
+                        {
+                            "topic": topic,
+                            "partitions": [
+                                {"partition": 0, "fetch_offset": offset, "partition_max_bytes": max_bytes}
+                            ],
+                        }
+                    ],
+                },
+            )
             c.sock.sendall(frame)
             size = struct.unpack(">i", c._read(4))[0]
             data = c._read(size)
@@ -366,13 +416,13 @@ def fetch_generate_broker(port: int, topic: str, total_records: int, max_bytes: 
 
 def _generator_main(args: list[str]) -> None:
     """Subprocess entry: ``_gen produce PORT COUNT WINDOW FRAMEFILE`` prints elapsed seconds."""
-    kind, port, count, window, frame_file = args[0], int(args[1]), int(args[2]), int(args[3]), args[4]
+    port, count, window, frame_file = int(args[1]), int(args[2]), int(args[3]), args[4]
     with open(frame_file, "rb") as f:
         blob = f.read()
     frames, pos = [], 0
     while pos < len(blob):
         size = struct.unpack_from(">i", blob, pos)[0]
-        frames.append(blob[pos: pos + 4 + size])
+        frames.append(blob[pos : pos + 4 + size])
         pos += 4 + size
     print(json.dumps({"elapsed": generate(port, frames, count, window)}))
 
@@ -382,8 +432,13 @@ def run_generator(port: int, frames: list[bytes], count: int, window: int = 5) -
         f.write(b"".join(frames))
         path = f.name
     try:
-        out = subprocess.run([sys.executable, __file__, "_gen", "produce", str(port), str(count), str(window), path],
-                             capture_output=True, text=True, timeout=600, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "_gen", "produce", str(port), str(count), str(window), path],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
         return json.loads(out.stdout)["elapsed"]
     finally:
         os.unlink(path)
@@ -419,10 +474,13 @@ def bench_produce_raw(opts) -> dict:
                 broker.append(frame_bytes * count / elapsed / 1e6)
                 cpu_per_m.append(cpu / (count * per_batch) * 1e6)
         key = f"{record_size}B"
-        out[key] = {"ceiling_MBps": stats(ceiling), "broker_MBps": stats(broker),
-                    "records_per_s": statistics.median(broker) * 1e6 / (frame_bytes / per_batch),
-                    "ratio": statistics.median(broker) / statistics.median(ceiling),
-                    "cpu_s_per_million_records": statistics.median(cpu_per_m)}
+        out[key] = {
+            "ceiling_MBps": stats(ceiling),
+            "broker_MBps": stats(broker),
+            "records_per_s": statistics.median(broker) * 1e6 / (frame_bytes / per_batch),
+            "ratio": statistics.median(broker) / statistics.median(ceiling),
+            "cpu_s_per_million_records": statistics.median(cpu_per_m),
+        }
     return out
 
 
@@ -437,15 +495,20 @@ def bench_fetch_raw(opts) -> dict:
             create_topic(b.port, "fetch")
             frames = produce_frames("fetch", 1, value_size, per_batch, Compression.NONE)
             run_generator(b.port, frames, records // per_batch)
-            elapsed, nbytes = fetch_generate_broker(b.port, "fetch", records // per_batch * per_batch, 1 << 20)
+            elapsed, nbytes = fetch_generate_broker(
+                b.port, "fetch", records // per_batch * per_batch, 1 << 20
+            )
             broker.append(nbytes / elapsed / 1e6)
             log_path = os.path.join(b.dir, "fetch-0", "00000000000000000000.log")
             size = os.path.getsize(log_path)
             with CeilingProcess("sendfile", log_path) as ceil:
                 frames = fetch_frames_ceiling(size, 1 << 20)
                 ceiling.append(size / run_generator(ceil.port, frames, len(frames), window=1) / 1e6)
-    return {"ceiling_MBps": stats(ceiling), "broker_MBps": stats(broker),
-            "ratio": statistics.median(broker) / statistics.median(ceiling)}
+    return {
+        "ceiling_MBps": stats(ceiling),
+        "broker_MBps": stats(broker),
+        "ratio": statistics.median(broker) / statistics.median(ceiling),
+    }
 
 
 def bench_startup(opts) -> dict:
@@ -460,16 +523,25 @@ def bench_startup(opts) -> dict:
     for _ in range(max(3, opts.reps)):
         port = free_port()
         t0 = time.perf_counter()
-        p = subprocess.Popen([sys.executable, "-c", "import socket,time;s=socket.socket();"
-                              "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
-                              f"s.bind(('127.0.0.1',{port}));s.listen();time.sleep(30)"])
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import socket,time;s=socket.socket();"
+                "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+                f"s.bind(('127.0.0.1',{port}));s.listen();time.sleep(30)",
+            ]
+        )
         wait_port(port)
         bare.append((time.perf_counter() - t0) * 1000)
         p.kill()
         p.wait()
-    return {"startup_ms": stats(starts), "python_baseline_ms": stats(bare),
-            "ratio_to_bare_python": statistics.median(starts) / statistics.median(bare),
-            "idle_rss_MB": stats(rss)}
+    return {
+        "startup_ms": stats(starts),
+        "python_baseline_ms": stats(bare),
+        "ratio_to_bare_python": statistics.median(starts) / statistics.median(bare),
+        "idle_rss_MB": stats(rss),
+    }
 
 
 def bench_fixture(opts) -> dict:
@@ -490,7 +562,11 @@ def bench_fixture(opts) -> dict:
         time.sleep(0.3)
         rss.append(proc_rss_bytes(r.process.pid) / 2**20)
         r.cleanup()
-    return {"thread_start_ms": stats(thread_ms), "process_start_ms": stats(proc_ms), "idle_rss_MB": stats(rss)}
+    return {
+        "thread_start_ms": stats(thread_ms),
+        "process_start_ms": stats(proc_ms),
+        "idle_rss_MB": stats(rss),
+    }
 
 
 def bench_produce_clients(opts) -> dict:
@@ -498,8 +574,14 @@ def bench_produce_clients(opts) -> dict:
 
     out = {}
     n = max(20_000, int(opts.scale * 400_000))
-    cases = [(1, 100, "1", "none"), (1, 1024, "1", "none"), (8, 100, "1", "none"), (1, 1024, "all", "none"),
-             (1, 1024, "1", "lz4"), (1, 1024, "1", "zstd")]
+    cases = [
+        (1, 100, "1", "none"),
+        (1, 1024, "1", "none"),
+        (8, 100, "1", "none"),
+        (1, 1024, "all", "none"),
+        (1, 1024, "1", "lz4"),
+        (1, 1024, "1", "zstd"),
+    ]
     if opts.quick:
         cases = cases[:2]
     for partitions, size, acks, comp in cases:
@@ -507,9 +589,17 @@ def bench_produce_clients(opts) -> dict:
         for _ in range(opts.reps):
             with BrokerProcess(loop=opts.loop) as b:
                 create_topic(b.port, "p", partitions)
-                p = Producer({"bootstrap.servers": b.bootstrap, "acks": acks, "compression.type": comp,
-                              "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000,
-                              "enable.idempotence": acks == "all"})
+                p = Producer(
+                    {
+                        "bootstrap.servers": b.bootstrap,
+                        "acks": acks,
+                        "compression.type": comp,
+                        "linger.ms": 5,
+                        "batch.size": 1 << 20,
+                        "queue.buffering.max.messages": 1_000_000,
+                        "enable.idempotence": acks == "all",
+                    }
+                )
                 value = os.urandom(size // 2).hex().encode()[:size]
                 cpu0 = proc_cpu_seconds(b.proc.pid)
                 t0 = time.perf_counter()
@@ -529,8 +619,12 @@ def bench_produce_clients(opts) -> dict:
                 rates.append(n / elapsed)
         key = f"{partitions}p-{size}B-acks{acks}-{comp}"
         med = statistics.median(rates)
-        out[key] = {"records_per_s": stats(rates), "MBps": med * size / 1e6,
-                    "cpu_s_per_million_records": statistics.median(cpu), "rss_under_load_MB": max(rss_peak)}
+        out[key] = {
+            "records_per_s": stats(rates),
+            "MBps": med * size / 1e6,
+            "cpu_s_per_million_records": statistics.median(cpu),
+            "rss_under_load_MB": max(rss_peak),
+        }
     # kafka-python's producer (its own encoder is the bound: ~0.5M records/s of 100 B at best)
     from kafka import KafkaProducer
 
@@ -563,8 +657,15 @@ def bench_fetch_clients(opts) -> dict:
         total = n // 256 * 256
         rates = []
         for _ in range(opts.reps):
-            c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                          "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760})
+            c = Consumer(
+                {
+                    "bootstrap.servers": b.bootstrap,
+                    "group.id": "bench",
+                    "enable.auto.commit": False,
+                    "fetch.max.bytes": 52428800,
+                    "max.partition.fetch.bytes": 10485760,
+                }
+            )
             c.assign([TopicPartition("f", 0, 0)])
             got = 0
             t0 = time.perf_counter()
@@ -590,7 +691,10 @@ def bench_fetch_clients(opts) -> dict:
                     got += len(recs)
             rates.append(got / (time.perf_counter() - t0))
             c.close()
-        out["kafka-python-1KiB"] = {"records_per_s": stats(rates), "MBps": statistics.median(rates) * 1024 / 1e6}
+        out["kafka-python-1KiB"] = {
+            "records_per_s": stats(rates),
+            "MBps": statistics.median(rates) * 1024 / 1e6,
+        }
     return out
 
 
@@ -603,8 +707,15 @@ def bench_latency(opts) -> dict:
     out = {}
     with BrokerProcess(loop=opts.loop) as b:
         create_topic(b.port, "lat", 1)
-        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "lat", "enable.auto.commit": False,
-                      "fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
+        c = Consumer(
+            {
+                "bootstrap.servers": b.bootstrap,
+                "group.id": "lat",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+                "fetch.min.bytes": 1,
+            }
+        )
         c.assign([TopicPartition("lat", 0, 0)])
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "acks": "1"})
         lat = []
@@ -633,23 +744,30 @@ def bench_latency(opts) -> dict:
         c.close()
         lat.sort()
         if lat:
-            out = {"rate_per_s": rate, "received": len(lat), "p50_ms": lat[len(lat) // 2] * 1000,
-                   "p99_ms": lat[int(len(lat) * 0.99)] * 1000, "max_ms": lat[-1] * 1000}
+            out = {
+                "rate_per_s": rate,
+                "received": len(lat),
+                "p50_ms": lat[len(lat) // 2] * 1000,
+                "p99_ms": lat[int(len(lat) * 0.99)] * 1000,
+                "max_ms": lat[-1] * 1000,
+            }
     return out
 
 
 def bench_scaling(opts) -> dict:
     """Produce throughput vs partitions and connections (raw generator), fetch lookup vs log size."""
     out = {"partitions": {}, "connections": {}, "lookup": {}}
-    for parts in ([1, 8, 64] if not opts.quick else [1, 8]):
+    for parts in [1, 8, 64] if not opts.quick else [1, 8]:
         frames = produce_frames("s", parts, 1024, 16, Compression.NONE)
         with BrokerProcess(loop=opts.loop) as b:
             create_topic(b.port, "s", parts)
             count = max(parts * 20, int(opts.scale * 20000))
             elapsed = run_generator(b.port, frames, count)
-            out["partitions"][parts] = {"MBps": len(frames[0]) * count / elapsed / 1e6,
-                                        "mean_request_ms": elapsed / count * 1000 * 5}
-    for conns in ([1, 10, 100] if not opts.quick else [1, 10]):
+            out["partitions"][parts] = {
+                "MBps": len(frames[0]) * count / elapsed / 1e6,
+                "mean_request_ms": elapsed / count * 1000 * 5,
+            }
+    for conns in [1, 10, 100] if not opts.quick else [1, 10]:
         frames = produce_frames("c", 1, 1024, 16, Compression.NONE)
         with BrokerProcess(loop=opts.loop) as b:
             create_topic(b.port, "c", 1)
@@ -666,7 +784,7 @@ def bench_scaling(opts) -> dict:
     from minibroker.storage import PartitionLog  # noqa: F401
     from minibroker.storage.log_manager import LogManager
 
-    for batches in ([1_000, 10_000, 100_000] if not opts.quick else [1_000, 10_000]):
+    for batches in [1_000, 10_000, 100_000] if not opts.quick else [1_000, 10_000]:
         with tempfile.TemporaryDirectory() as d:
             lm = LogManager([d], {"log.segment.bytes": 1 << 24}, 1)
             lm.load()
@@ -675,8 +793,14 @@ def bench_scaling(opts) -> dict:
             data = bytearray(build_records(2, [(0, 1_700_000_000_000, None, b"x" * 100)]))
             for i in range(batches):
                 struct.pack_into(">q", data, 0, i)
-                plog.append(data, first_offset=i, last_offset=i, max_timestamp=1_700_000_000_000,
-                            offset_of_max_timestamp=i, record_count=1)
+                plog.append(
+                    data,
+                    first_offset=i,
+                    last_offset=i,
+                    max_timestamp=1_700_000_000_000,
+                    offset_of_max_timestamp=i,
+                    record_count=1,
+                )
             import random
 
             rng = random.Random(1)
@@ -737,10 +861,15 @@ def machine() -> str:
 
 
 def markdown(results: dict, opts) -> str:
-    lines = [f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({'quick' if opts.quick else 'full'}, "
-             f"loop={opts.loop}, reps={opts.reps})", "",
-             f"Machine: {machine()}. Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()), "",
-             "| figure | value | baseline (same run) | ratio | goal |", "|---|---|---|---|---|"]
+    lines = [
+        f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} ({'quick' if opts.quick else 'full'}, "
+        f"loop={opts.loop}, reps={opts.reps})",
+        "",
+        f"Machine: {machine()}. Versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()),
+        "",
+        "| figure | value | baseline (same run) | ratio | goal |",
+        "|---|---|---|---|---|",
+    ]
 
     def row(name, value, baseline, ratio, goal):
         lines.append(f"| {name} | {value} | {baseline} | {ratio} | {goal} |")
@@ -749,53 +878,114 @@ def markdown(results: dict, opts) -> str:
     if "produce_raw" in r:
         for key, v in r["produce_raw"].items():
             goal = ">= 0.80 of ceiling" if key == "1024B" else ">= 1M records/s"
-            row(f"produce, raw frames, {key} records", f"{v['broker_MBps']['median']:.0f} MB/s "
-                f"({v['broker_MBps']['min']:.0f}-{v['broker_MBps']['max']:.0f}), {v['records_per_s'] / 1e6:.2f}M rec/s",
-                f"append ceiling {v['ceiling_MBps']['median']:.0f} MB/s", f"{v['ratio']:.2f}", goal)
-            row(f"broker CPU per 1M {key} records (raw)", f"{v['cpu_s_per_million_records']:.2f} s", "", "", "")
+            row(
+                f"produce, raw frames, {key} records",
+                f"{v['broker_MBps']['median']:.0f} MB/s "
+                f"({v['broker_MBps']['min']:.0f}-{v['broker_MBps']['max']:.0f}), "
+                f"{v['records_per_s'] / 1e6:.2f}M rec/s",
+                f"append ceiling {v['ceiling_MBps']['median']:.0f} MB/s",
+                f"{v['ratio']:.2f}",
+                goal,
+            )
+            row(
+                f"broker CPU per 1M {key} records (raw)",
+                f"{v['cpu_s_per_million_records']:.2f} s",
+                "",
+                "",
+                "",
+            )
     if "fetch_raw" in r:
         v = r["fetch_raw"]
-        row("fetch, raw Fetch v4, 1 MiB responses", f"{v['broker_MBps']['median']:.0f} MB/s",
-            f"sendfile ceiling {v['ceiling_MBps']['median']:.0f} MB/s", f"{v['ratio']:.2f}", ">= 0.50 of ceiling")
+        row(
+            "fetch, raw Fetch v4, 1 MiB responses",
+            f"{v['broker_MBps']['median']:.0f} MB/s",
+            f"sendfile ceiling {v['ceiling_MBps']['median']:.0f} MB/s",
+            f"{v['ratio']:.2f}",
+            ">= 0.50 of ceiling",
+        )
     if "startup" in r:
         v = r["startup"]
-        row("startup, process start to accepting", f"{v['startup_ms']['median']:.0f} ms "
-            f"({v['startup_ms']['min']:.0f}-{v['startup_ms']['max']:.0f})",
-            f"bare python listen {v['python_baseline_ms']['median']:.0f} ms", f"{v['ratio_to_bare_python']:.2f}",
-            "<= 100 ms")
+        row(
+            "startup, process start to accepting",
+            f"{v['startup_ms']['median']:.0f} ms ({v['startup_ms']['min']:.0f}-{v['startup_ms']['max']:.0f})",
+            f"bare python listen {v['python_baseline_ms']['median']:.0f} ms",
+            f"{v['ratio_to_bare_python']:.2f}",
+            "<= 100 ms",
+        )
         row("idle RSS", f"{v['idle_rss_MB']['median']:.1f} MB", "", "", "<= 25 MB")
     if "fixture" in r:
         v = r["fixture"]
-        row("pytest fixture start, in-process", f"{v['thread_start_ms']['median']:.0f} ms", "", "", "< 150 ms")
-        row("pytest fixture start, subprocess", f"{v['process_start_ms']['median']:.0f} ms", "", "", "< 400 ms")
+        row(
+            "pytest fixture start, in-process", f"{v['thread_start_ms']['median']:.0f} ms", "", "", "< 150 ms"
+        )
+        row(
+            "pytest fixture start, subprocess",
+            f"{v['process_start_ms']['median']:.0f} ms",
+            "",
+            "",
+            "< 400 ms",
+        )
         row("fixture subprocess idle RSS", f"{v['idle_rss_MB']['median']:.1f} MB", "", "", "< 40 MB")
     ceiling = r.get("produce_raw", {}).get("1024B", {}).get("ceiling_MBps", {}).get("median")
     for key, v in r.get("produce_clients", {}).items():
         mbps = v.get("MBps")
         ratio = f"{mbps / ceiling:.2f}" if (mbps and ceiling and "1024B" in key) else ""
-        goal = ">= 0.80 of ceiling" if "1p-1024B-acks1-none" in key else (
-            ">= 1M records/s" if "100B" in key and "kafka-python" not in key else "")
-        extra = f", CPU {v['cpu_s_per_million_records']:.2f} s/1M, RSS {v['rss_under_load_MB']:.0f} MB" \
-            if "cpu_s_per_million_records" in v else ""
-        row(f"produce {key}", f"{v['records_per_s']['median'] / 1e3:.0f}k rec/s"
-            + (f", {mbps:.0f} MB/s" if mbps else "") + extra,
-            f"append ceiling {ceiling:.0f} MB/s" if ceiling and ratio else "", ratio, goal)
+        goal = (
+            ">= 0.80 of ceiling"
+            if "1p-1024B-acks1-none" in key
+            else (">= 1M records/s" if "100B" in key and "kafka-python" not in key else "")
+        )
+        extra = (
+            f", CPU {v['cpu_s_per_million_records']:.2f} s/1M, RSS {v['rss_under_load_MB']:.0f} MB"
+            if "cpu_s_per_million_records" in v
+            else ""
+        )
+        row(
+            f"produce {key}",
+            f"{v['records_per_s']['median'] / 1e3:.0f}k rec/s"
+            + (f", {mbps:.0f} MB/s" if mbps else "")
+            + extra,
+            f"append ceiling {ceiling:.0f} MB/s" if ceiling and ratio else "",
+            ratio,
+            goal,
+        )
     for key, v in r.get("fetch_clients", {}).items():
-        row(f"fetch {key}", f"{v['records_per_s']['median'] / 1e3:.0f}k rec/s, {v['MBps']:.0f} MB/s", "", "", "")
+        row(
+            f"fetch {key}",
+            f"{v['records_per_s']['median'] / 1e3:.0f}k rec/s, {v['MBps']:.0f} MB/s",
+            "",
+            "",
+            "",
+        )
     if r.get("latency"):
         v = r["latency"]
-        row(f"end-to-end latency at {v['rate_per_s']} rec/s", f"p50 {v['p50_ms']:.2f} ms, p99 {v['p99_ms']:.2f} ms",
-            "", "", "p99 < 10 ms")
+        row(
+            f"end-to-end latency at {v['rate_per_s']} rec/s",
+            f"p50 {v['p50_ms']:.2f} ms, p99 {v['p99_ms']:.2f} ms",
+            "",
+            "",
+            "p99 < 10 ms",
+        )
     if "scaling" in r:
         s = r["scaling"]
         for k, v in s["partitions"].items():
-            row(f"scaling: {k} partitions (raw)", f"{v['MBps']:.0f} MB/s, ~{v['mean_request_ms']:.2f} ms/request",
-                "", "", "")
+            row(
+                f"scaling: {k} partitions (raw)",
+                f"{v['MBps']:.0f} MB/s, ~{v['mean_request_ms']:.2f} ms/request",
+                "",
+                "",
+                "",
+            )
         for k, v in s["connections"].items():
             row(f"scaling: {k} connections (raw)", f"{v['MBps']:.0f} MB/s", "", "", "")
         for k, v in s["lookup"].items():
-            row(f"lookup in a {k}-batch log", f"{v['us_per_lookup']:.1f} us ({v['segments']} segments)", "", "",
-                "logarithmic")
+            row(
+                f"lookup in a {k}-batch log",
+                f"{v['us_per_lookup']:.1f} us ({v['segments']} segments)",
+                "",
+                "",
+                "logarithmic",
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -807,28 +997,44 @@ def main(argv=None) -> int:
     if argv and argv[0] == "_ceiling":
         _ceiling_main(*argv[1:4])
         return 0
-    ap = argparse.ArgumentParser(description="minibroker benchmarks (ratios to ceilings measured in the same run)")
+    ap = argparse.ArgumentParser(
+        description="minibroker benchmarks (ratios to ceilings measured in the same run)"
+    )
     ap.add_argument("--quick", action="store_true", help="a small set that finishes in under a minute")
     ap.add_argument("--only", help="comma-separated workloads: " + ",".join(WORKLOADS))
     ap.add_argument("--reps", type=int, default=None, help="repetitions per figure (default 3, quick 1)")
     ap.add_argument("--scale", type=float, default=None, help="size multiplier (default 1, quick 0.05)")
-    ap.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="the broker's event loop")
+    ap.add_argument(
+        "--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="the broker's event loop"
+    )
     ap.add_argument("--no-write", action="store_true", help="print only; do not append to docs/benchmarks.md")
     opts = ap.parse_args(argv)
     # an installed package has its bytecode compiled; a source checkout may not (PYTHONDONTWRITEBYTECODE)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "minibroker")], env=bench_env(),
-                   stdout=subprocess.DEVNULL, check=False)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "minibroker")],
+        env=bench_env(),
+        stdout=subprocess.DEVNULL,
+        check=False,
+    )
     opts.reps = opts.reps or (1 if opts.quick else 3)
     opts.scale = opts.scale or (0.05 if opts.quick else 1.0)
-    names = opts.only.split(",") if opts.only else (
-        ["startup", "fixture", "produce_raw", "fetch_raw", "produce_clients", "latency"] if opts.quick
-        else list(WORKLOADS))
+    names = (
+        opts.only.split(",")
+        if opts.only
+        else (
+            ["startup", "fixture", "produce_raw", "fetch_raw", "produce_clients", "latency"]
+            if opts.quick
+            else list(WORKLOADS)
+        )
+    )
     results = {}
     for name in names:
         t0 = time.perf_counter()
         results[name] = WORKLOADS[name](opts)
-        print(f"{name}: {time.perf_counter() - t0:.1f} s {json.dumps(results[name], default=str)[:400]}",
-              file=sys.stderr)
+        print(
+            f"{name}: {time.perf_counter() - t0:.1f} s {json.dumps(results[name], default=str)[:400]}",
+            file=sys.stderr,
+        )
     text = markdown(results, opts)
     print(text)
     if not opts.no_write:
@@ -836,14 +1042,20 @@ def main(argv=None) -> int:
         os.makedirs(os.path.join(docs, "benchmarks"), exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         with open(os.path.join(docs, "benchmarks", f"{stamp}.json"), "w") as f:
-            json.dump({"opts": vars(opts), "machine": machine(), "versions": versions(), "results": results}, f,
-                      indent=1, default=str)
+            json.dump(
+                {"opts": vars(opts), "machine": machine(), "versions": versions(), "results": results},
+                f,
+                indent=1,
+                default=str,
+            )
         path = os.path.join(docs, "benchmarks.md")
         if not os.path.exists(path):
             with open(path, "w") as f:
-                f.write("# Benchmarks\n\nAppended by `python scripts/bench.py`; each figure beside a baseline "
-                        "measured in the same run (these machines are shared and noisy). Raw JSON in "
-                        "docs/benchmarks/.\n\n")
+                f.write(
+                    "# Benchmarks\n\nAppended by `python scripts/bench.py`; each figure beside a baseline "
+                    "measured in the same run (these machines are shared and noisy). Raw JSON in "
+                    "docs/benchmarks/.\n\n"
+                )
         with open(path, "a") as f:
             f.write("\n" + text)
     return 0

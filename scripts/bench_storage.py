@@ -34,10 +34,18 @@ def make_batch(records: int, value_size: int) -> bytearray:
     """An uncompressed v2 batch of ``records`` records; base offset patched per append."""
     body = bytearray()
     for i in range(records):
-        rec = b"\x00\x00" + bytes([(i << 1) & 0x7F]) + b"\x01" + _varint(value_size) + b"x" * value_size + b"\x00"
+        rec = (
+            b"\x00\x00"
+            + bytes([(i << 1) & 0x7F])
+            + b"\x01"
+            + _varint(value_size)
+            + b"x" * value_size
+            + b"\x00"
+        )
         body += _varint(len(rec)) + rec
-    after = struct.pack(">hiqqqhii", 0, records - 1, 1_700_000_000_000, 1_700_000_000_000, -1, -1, -1,
-                        records) + bytes(body)
+    after = struct.pack(
+        ">hiqqqhii", 0, records - 1, 1_700_000_000_000, 1_700_000_000_000, -1, -1, -1, records
+    ) + bytes(body)
     rest = struct.pack(">ibI", 0, 2, crc32c.crc32c(after)) + after
     return bytearray(struct.pack(">qi", 0, len(rest)) + rest)
 
@@ -60,8 +68,14 @@ def fill(log: PartitionLog, batch: bytearray, count: int, records: int, ts_step:
         if ts_step:  # base and max timestamp, then the CRC over attributes..end
             struct.pack_into(">qq", batch, 27, ts, ts)
             struct.pack_into(">I", batch, 17, crc32c.crc32c(memoryview(batch)[21:]))
-        log.append(batch, first_offset=first, last_offset=first + records - 1, max_timestamp=ts,
-                   offset_of_max_timestamp=first, record_count=records)
+        log.append(
+            batch,
+            first_offset=first,
+            last_offset=first + records - 1,
+            max_timestamp=ts,
+            offset_of_max_timestamp=first,
+            record_count=records,
+        )
         ts += ts_step
 
 
@@ -79,7 +93,7 @@ def bench_append(root: str, total_mb: int) -> None:
         cfg = effective_topic_config({}, {})
         best_log = best_plain = float("inf")
         for attempt in range(4):  # alternate the order: fresh page cache costs whoever goes first
-            for case in (("log", "plain") if attempt % 2 else ("plain", "log")):
+            for case in ("log", "plain") if attempt % 2 else ("plain", "log"):
                 path = os.path.join(root, f"{case}-{batch_bytes}-{attempt}")
                 if case == "log":
                     log = PartitionLog.create(path, "t", 0, TOPIC_ID, cfg)
@@ -99,9 +113,11 @@ def bench_append(root: str, total_mb: int) -> None:
                     os.unlink(path)
         t_log, t_plain = best_log, best_plain
         mb = count * len(batch) / 2**20
-        print(f"batch {len(batch):6d} B: PartitionLog.append {mb / t_log:7.0f} MB/s "
-              f"({count / t_log / 1000:6.0f}k appends/s, {t_log / count * 1e6:5.1f} us each); "
-              f"plain os.write {mb / t_plain:7.0f} MB/s; ratio {t_plain / t_log:.2f}")
+        print(
+            f"batch {len(batch):6d} B: PartitionLog.append {mb / t_log:7.0f} MB/s "
+            f"({count / t_log / 1000:6.0f}k appends/s, {t_log / count * 1e6:5.1f} us each); "
+            f"plain os.write {mb / t_plain:7.0f} MB/s; ratio {t_plain / t_log:.2f}"
+        )
 
 
 def bench_lookup(root: str, batches: int, samples: int) -> None:
@@ -111,8 +127,10 @@ def bench_lookup(root: str, batches: int, samples: int) -> None:
     log = PartitionLog.create(d, "t", 0, TOPIC_ID, cfg)
     t0 = time.perf_counter()
     fill(log, make_batch(1, 10), batches, 1, ts_step=1)
-    print(f"built in {time.perf_counter() - t0:.1f} s: {log.size_bytes / 2**20:.0f} MB, "
-          f"{log.segments[-1].index.entries} index entries")
+    print(
+        f"built in {time.perf_counter() - t0:.1f} s: {log.size_bytes / 2**20:.0f} MB, "
+        f"{log.segments[-1].index.entries} index entries"
+    )
     rnd = random.Random(1)
 
     def measure(label: str, fn, cold: bool = False) -> None:
@@ -125,8 +143,10 @@ def bench_lookup(root: str, batches: int, samples: int) -> None:
             t = time.perf_counter()
             fn(offset)
             lat.append((time.perf_counter() - t) * 1e6)
-        print(f"{label:44s} p50 {statistics.median(lat):7.1f} us  p99 {pct(lat, 0.99):7.1f} us  "
-              f"max {max(lat):7.1f} us")
+        print(
+            f"{label:44s} p50 {statistics.median(lat):7.1f} us  p99 {pct(lat, 0.99):7.1f} us  "
+            f"max {max(lat):7.1f} us"
+        )
 
     measure("read(offset, 1)            warm", lambda o: log.read(o, 1))
     measure("read(offset, 1 MiB)        warm", lambda o: log.read(o, 1 << 20))
@@ -156,9 +176,11 @@ def bench_recovery(root: str, total_mb: int) -> None:
         t_clean = time.perf_counter() - t0
         log.close()
         gb = size / 2**30
-        print(f"batch {len(batch):6d} B: unclean (full re-read, CRC, index rebuild) {t_unclean / gb:6.2f} s/GB "
-              f"({size / 2**20 / t_unclean:5.0f} MB/s); clean open {t_clean * 1000:6.1f} ms for "
-              f"{len(log.segments)} segments")
+        print(
+            f"batch {len(batch):6d} B: unclean (full re-read, CRC, index rebuild) {t_unclean / gb:6.2f} s/GB "
+            f"({size / 2**20 / t_unclean:5.0f} MB/s); clean open {t_clean * 1000:6.1f} ms for "
+            f"{len(log.segments)} segments"
+        )
         shutil.rmtree(d)
 
 

@@ -41,21 +41,32 @@ def wire(minibroker):
 
 
 def _topic(name, partitions=1, rf=1, configs=None, assignments=()):
-    return {"name": name, "num_partitions": partitions, "replication_factor": rf,
-            "assignments": [{"partition_index": i, "broker_ids": b} for i, b in assignments],
-            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}
+    return {
+        "name": name,
+        "num_partitions": partitions,
+        "replication_factor": rf,
+        "assignments": [{"partition_index": i, "broker_ids": b} for i, b in assignments],
+        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+    }
 
 
 def _create(wire, version, *topics, validate_only=False):
-    r = wire.request(CREATE_TOPICS, version, {"topics": list(topics), "timeout_ms": 5000,
-                                              "validate_only": validate_only})
+    r = wire.request(
+        CREATE_TOPICS, version, {"topics": list(topics), "timeout_ms": 5000, "validate_only": validate_only}
+    )
     return {t.name: t for t in r.topics}
 
 
 def _topic_configs(wire, name, keys=None, version=4, synonyms=True):
-    r = wire.request(DESCRIBE_CONFIGS, version, {
-        "resources": [{"resource_type": TOPIC, "resource_name": name, "configuration_keys": keys}],
-        "include_synonyms": synonyms, "include_documentation": True})
+    r = wire.request(
+        DESCRIBE_CONFIGS,
+        version,
+        {
+            "resources": [{"resource_type": TOPIC, "resource_name": name, "configuration_keys": keys}],
+            "include_synonyms": synonyms,
+            "include_documentation": True,
+        },
+    )
     return r.results[0]
 
 
@@ -116,11 +127,18 @@ def test_create_topics_every_version(wire, topic_name, version):
 def test_create_topics_error_codes_on_the_wire(wire, topic_name):
     n = topic_name
     results = _create(
-        wire, 7,
-        _topic(n + ".dot"), _topic(n + "_dot"),  # collide with each other once the first exists
-        _topic(n + "-zero", 0), _topic(n + "-rf", 1, rf=0), _topic(n + "-rf3", 1, rf=3),
+        wire,
+        7,
+        _topic(n + ".dot"),
+        _topic(n + "_dot"),  # collide with each other once the first exists
+        _topic(n + "-zero", 0),
+        _topic(n + "-rf", 1, rf=0),
+        _topic(n + "-rf3", 1, rf=3),
         _topic(n + "-cfg", configs={"segment.bytes": "1"}),
-        _topic(".."), _topic("x" * 250), _topic(n + "-dup"), _topic(n + "-dup"),
+        _topic(".."),
+        _topic("x" * 250),
+        _topic(n + "-dup"),
+        _topic(n + "-dup"),
         _topic(n + "-asg", -1, -1, assignments=[(0, [1]), (1, [1])]),
         _topic(n + "-asg-broker", -1, -1, assignments=[(0, [7])]),
         _topic(n + "-asg-gap", -1, -1, assignments=[(0, [1]), (2, [1])]),
@@ -163,10 +181,20 @@ def test_delete_topics_by_id_and_errors(wire, topic_name):
     created = _create(wire, 7, _topic(topic_name), _topic(topic_name + "-2"))
     topic_id = created[topic_name].topic_id
     unknown = uuid.uuid4().bytes
-    r = wire.request(DELETE_TOPICS, 6, {"timeout_ms": 5000, "topics": [
-        {"name": None, "topic_id": topic_id}, {"name": None, "topic_id": unknown},
-        {"name": topic_name + "-2", "topic_id": created[topic_name + "-2"].topic_id},
-        {"name": None, "topic_id": b"\0" * 16}, {"name": topic_name + "-nope", "topic_id": b"\0" * 16}]})
+    r = wire.request(
+        DELETE_TOPICS,
+        6,
+        {
+            "timeout_ms": 5000,
+            "topics": [
+                {"name": None, "topic_id": topic_id},
+                {"name": None, "topic_id": unknown},
+                {"name": topic_name + "-2", "topic_id": created[topic_name + "-2"].topic_id},
+                {"name": None, "topic_id": b"\0" * 16},
+                {"name": topic_name + "-nope", "topic_id": b"\0" * 16},
+            ],
+        },
+    )
     by_key = {(t.name, t.topic_id): t.error_code for t in r.responses}
     assert by_key[(topic_name, topic_id)] == 0
     assert by_key[(None, unknown)] == 100
@@ -181,8 +209,14 @@ def test_delete_topic_disabled(minibroker_factory):
     broker = minibroker_factory({"delete.topic.enable": "false"})
     broker.create_topic("keep")
     with WireClient(broker.host, broker.port) as wire:
-        assert wire.request(DELETE_TOPICS, 4, {"topic_names": ["keep"], "timeout_ms": 1}).responses[0].error_code == 73
-        assert wire.request(DELETE_TOPICS, 2, {"topic_names": ["keep"], "timeout_ms": 1}).responses[0].error_code == 42
+        assert (
+            wire.request(DELETE_TOPICS, 4, {"topic_names": ["keep"], "timeout_ms": 1}).responses[0].error_code
+            == 73
+        )
+        assert (
+            wire.request(DELETE_TOPICS, 2, {"topic_names": ["keep"], "timeout_ms": 1}).responses[0].error_code
+            == 42
+        )
 
 
 # -- CreatePartitions --------------------------------------------------------------------------
@@ -205,11 +239,25 @@ def test_kafka_python_create_partitions(minibroker, admin, topic_name):
 
 def test_create_partitions_assignment_errors(wire, topic_name):
     _create(wire, 4, _topic(topic_name))
-    r = wire.request(CREATE_PARTITIONS, 3, {"timeout_ms": 1000, "validate_only": False, "topics": [
-        {"name": topic_name, "count": 3, "assignments": [{"broker_ids": [1]}]}]})
+    r = wire.request(
+        CREATE_PARTITIONS,
+        3,
+        {
+            "timeout_ms": 1000,
+            "validate_only": False,
+            "topics": [{"name": topic_name, "count": 3, "assignments": [{"broker_ids": [1]}]}],
+        },
+    )
     assert r.results[0].error_code == 39
-    r = wire.request(CREATE_PARTITIONS, 0, {"timeout_ms": 1000, "validate_only": False, "topics": [
-        {"name": topic_name, "count": 2, "assignments": [{"broker_ids": [1]}]}]})
+    r = wire.request(
+        CREATE_PARTITIONS,
+        0,
+        {
+            "timeout_ms": 1000,
+            "validate_only": False,
+            "topics": [{"name": topic_name, "count": 2, "assignments": [{"broker_ids": [1]}]}],
+        },
+    )
     assert r.results[0].error_code == 0
 
 
@@ -218,8 +266,9 @@ def test_create_partitions_assignment_errors(wire, topic_name):
 
 def test_kafka_python_describe_configs_topic_and_broker(minibroker, admin, topic_name):
     admin.create_topics({topic_name: {"configs": {"max.message.bytes": "2000"}}})
-    topic = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)],
-                                   include_synonyms=True, config_filter="all")
+    topic = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, topic_name)], include_synonyms=True, config_filter="all"
+    )
     entry = topic["topic"][topic_name]["max.message.bytes"]
     assert entry["value"] == "2000" and entry["config_source"] == "DYNAMIC_TOPIC_CONFIG"
     assert [s["name"] for s in entry["synonyms"]][:2] == ["max.message.bytes", "message.max.bytes"]
@@ -244,32 +293,45 @@ def test_describe_configs_every_version(wire, topic_name, version):
         assert entries["retention.ms"].is_default is False and entries["segment.ms"].is_default is True
     else:
         assert entries["retention.ms"].config_source == 1
-        assert [s.name for s in entries["retention.ms"].synonyms] == [
-            "retention.ms", "log.retention.hours"]
+        assert [s.name for s in entries["retention.ms"].synonyms] == ["retention.ms", "log.retention.hours"]
     if version >= 3:
         assert entries["retention.ms"].config_type == 5  # LONG
         assert entries["retention.ms"].documentation
 
 
 def test_describe_configs_errors(wire, minibroker):
-    r = wire.request(DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": False, "resources": [
-        {"resource_type": TOPIC, "resource_name": "no-such-topic", "configuration_keys": None},
-        {"resource_type": TOPIC, "resource_name": "bad name", "configuration_keys": None},
-        {"resource_type": BROKER, "resource_name": "99", "configuration_keys": None},
-        {"resource_type": BROKER, "resource_name": "", "configuration_keys": None},
-        {"resource_type": 1, "resource_name": "x", "configuration_keys": None}]})
+    r = wire.request(
+        DESCRIBE_CONFIGS,
+        4,
+        {
+            "include_synonyms": False,
+            "include_documentation": False,
+            "resources": [
+                {"resource_type": TOPIC, "resource_name": "no-such-topic", "configuration_keys": None},
+                {"resource_type": TOPIC, "resource_name": "bad name", "configuration_keys": None},
+                {"resource_type": BROKER, "resource_name": "99", "configuration_keys": None},
+                {"resource_type": BROKER, "resource_name": "", "configuration_keys": None},
+                {"resource_type": 1, "resource_name": "x", "configuration_keys": None},
+            ],
+        },
+    )
     assert [x.error_code for x in r.results] == [3, 17, 42, 0, 42]
     assert r.results[3].configs == []  # no cluster-wide dynamic defaults yet
 
 
 def test_kafka_python_alter_configs_replaces_and_applies_live(minibroker, admin, topic_name):
     admin.create_topics({topic_name: {"configs": {"retention.ms": "5000", "segment.ms": "60000"}}})
-    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name,
-                                        configs={"max.message.bytes": "200"})], incremental=False)
+    admin.alter_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, topic_name, configs={"max.message.bytes": "200"})],
+        incremental=False,
+    )
     # kafka-python's legacy path re-sends the other overrides itself
     configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)])
     assert {k: v["value"] for k, v in configs["topic"][topic_name].items()} == {
-        "max.message.bytes": "200", "retention.ms": "5000", "segment.ms": "60000"}
+        "max.message.bytes": "200",
+        "retention.ms": "5000",
+        "segment.ms": "60000",
+    }
     producer = KafkaProducer(bootstrap_servers=minibroker.bootstrap_servers, retries=0)
     try:
         with pytest.raises(MessageSizeTooLargeError):
@@ -277,8 +339,10 @@ def test_kafka_python_alter_configs_replaces_and_applies_live(minibroker, admin,
         assert producer.send(topic_name, b"small").get(10).offset == 0
     finally:
         producer.close(5)
-    result = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name,
-                                                 configs={"retention.ms": "never"})], incremental=False)
+    result = admin.alter_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, topic_name, configs={"retention.ms": "never"})],
+        incremental=False,
+    )
     assert "InvalidConfiguration" in repr(result["topic"][topic_name])
 
 
@@ -287,9 +351,20 @@ def test_alter_configs_replaces_every_override(wire, topic_name, version):
     _create(wire, 4, _topic(topic_name, configs={"retention.ms": "5000", "segment.ms": "60000"}))
 
     def alter(configs, validate_only=False, name=topic_name):
-        r = wire.request(ALTER_CONFIGS, version, {"validate_only": validate_only, "resources": [
-            {"resource_type": TOPIC, "resource_name": name,
-             "configs": [{"name": k, "value": v} for k, v in configs]}]})
+        r = wire.request(
+            ALTER_CONFIGS,
+            version,
+            {
+                "validate_only": validate_only,
+                "resources": [
+                    {
+                        "resource_type": TOPIC,
+                        "resource_name": name,
+                        "configs": [{"name": k, "value": v} for k, v in configs],
+                    }
+                ],
+            },
+        )
         return r.responses[0].error_code
 
     assert alter([("segment.bytes", "1000000")], validate_only=True) == 0
@@ -304,9 +379,20 @@ def test_alter_configs_replaces_every_override(wire, topic_name, version):
 
 def test_kafka_python_incremental_alter_configs(admin, wire, topic_name):
     admin.create_topics({topic_name: {"configs": {"retention.ms": "5000"}}})
-    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name, configs={
-        "cleanup.policy": ("APPEND", "compact"), "segment.bytes": ("SET", "1048576"),
-        "retention.ms": ("DELETE", None)})], incremental=True)
+    admin.alter_configs(
+        [
+            ConfigResource(
+                ConfigResourceType.TOPIC,
+                topic_name,
+                configs={
+                    "cleanup.policy": ("APPEND", "compact"),
+                    "segment.bytes": ("SET", "1048576"),
+                    "retention.ms": ("DELETE", None),
+                },
+            )
+        ],
+        incremental=True,
+    )
     entries = {c.name: c for c in _topic_configs(wire, topic_name).configs}
     assert entries["cleanup.policy"].value == "delete,compact"
     assert entries["segment.bytes"].value == "1048576" and entries["segment.bytes"].config_source == 1
@@ -317,12 +403,17 @@ def test_incremental_alter_configs_errors_and_validate_only(wire, topic_name):
     _create(wire, 4, _topic(topic_name))
 
     def alter(resources, validate_only=False):
-        r = wire.request(INCREMENTAL_ALTER_CONFIGS, 1, {"resources": resources, "validate_only": validate_only})
+        r = wire.request(
+            INCREMENTAL_ALTER_CONFIGS, 1, {"resources": resources, "validate_only": validate_only}
+        )
         return [x.error_code for x in r.responses]
 
     def res(name, *ops, rtype=TOPIC):
-        return {"resource_type": rtype, "resource_name": name,
-                "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops]}
+        return {
+            "resource_type": rtype,
+            "resource_name": name,
+            "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in ops],
+        }
 
     assert alter([res(topic_name, ("retention.ms", 0, "100"))], validate_only=True) == [0]
     assert {c.name: c.config_source for c in _topic_configs(wire, topic_name).configs}["retention.ms"] == 5
@@ -341,29 +432,51 @@ def test_broker_dynamic_configs_apply_to_topics(minibroker_factory):
     node = str(broker.broker.node_id)
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
     try:
-        admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, node,
-                                            configs={"message.max.bytes": "300"})], incremental=True)
-        entries = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, node)],
-                                         include_synonyms=True)["broker"][node]
+        admin.alter_configs(
+            [ConfigResource(ConfigResourceType.BROKER, node, configs={"message.max.bytes": "300"})],
+            incremental=True,
+        )
+        entries = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, node)], include_synonyms=True
+        )["broker"][node]
         assert entries["message.max.bytes"]["value"] == "300"
         assert entries["message.max.bytes"]["config_source"] == "DYNAMIC_BROKER_CONFIG"
-        topic = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "follows")],
-                                       include_synonyms=True, config_filter="all")["topic"]["follows"]
+        topic = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "follows")], include_synonyms=True, config_filter="all"
+        )["topic"]["follows"]
         assert topic["max.message.bytes"]["value"] == "300"
         assert topic["max.message.bytes"]["config_source"] == "DYNAMIC_BROKER_CONFIG"
     finally:
         admin.close()
     # cluster-wide default, under the empty broker name (kafka-python cannot name it)
     with WireClient(broker.host, broker.port) as wire:
-        r = wire.request(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
-            {"resource_type": BROKER, "resource_name": "",
-             "configs": [{"name": "log.retention.ms", "config_operation": 0, "value": "123456"}]}]})
+        r = wire.request(
+            INCREMENTAL_ALTER_CONFIGS,
+            1,
+            {
+                "validate_only": False,
+                "resources": [
+                    {
+                        "resource_type": BROKER,
+                        "resource_name": "",
+                        "configs": [{"name": "log.retention.ms", "config_operation": 0, "value": "123456"}],
+                    }
+                ],
+            },
+        )
         assert r.responses[0].error_code == 0
-        r = wire.request(DESCRIBE_CONFIGS, 4, {"include_synonyms": True, "include_documentation": False,
-                                               "resources": [{"resource_type": BROKER, "resource_name": "",
-                                                              "configuration_keys": None}]})
+        r = wire.request(
+            DESCRIBE_CONFIGS,
+            4,
+            {
+                "include_synonyms": True,
+                "include_documentation": False,
+                "resources": [{"resource_type": BROKER, "resource_name": "", "configuration_keys": None}],
+            },
+        )
         assert [(c.name, c.value, c.config_source) for c in r.results[0].configs] == [
-            ("log.retention.ms", "123456", 3)]
+            ("log.retention.ms", "123456", 3)
+        ]
         retention = {c.name: c for c in _topic_configs(wire, "follows").configs}["retention.ms"]
         assert (retention.value, retention.config_source) == ("123456", 3)
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, retries=0)
@@ -379,9 +492,20 @@ def test_topic_configs_survive_restart(minibroker_factory):
     broker = minibroker_factory()
     broker.create_topic("kept", config={"retention.ms": "1000"})
     with WireClient(broker.host, broker.port) as wire:
-        r = wire.request(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
-            {"resource_type": TOPIC, "resource_name": "kept",
-             "configs": [{"name": "segment.ms", "config_operation": 0, "value": "70000"}]}]})
+        r = wire.request(
+            INCREMENTAL_ALTER_CONFIGS,
+            1,
+            {
+                "validate_only": False,
+                "resources": [
+                    {
+                        "resource_type": TOPIC,
+                        "resource_name": "kept",
+                        "configs": [{"name": "segment.ms", "config_operation": 0, "value": "70000"}],
+                    }
+                ],
+            },
+        )
         assert r.responses[0].error_code == 0
     broker.restart()
     with WireClient(broker.host, broker.port) as wire:
@@ -398,21 +522,42 @@ def test_kafka_python_delete_records(minibroker, admin, topic_name):
     result = admin.delete_records({TopicPartition(topic_name, 0): 3})
     assert result[TopicPartition(topic_name, 0)]["low_watermark"] == 3
     assert [r.offset for r in minibroker.consume(topic_name, 2)] == [3, 4]
-    assert admin.delete_records({TopicPartition(topic_name, 0): 1})[TopicPartition(topic_name, 0)][
-        "low_watermark"] == 3  # below the start: nothing changes
+    assert (
+        admin.delete_records({TopicPartition(topic_name, 0): 1})[TopicPartition(topic_name, 0)][
+            "low_watermark"
+        ]
+        == 3
+    )  # below the start: nothing changes
 
 
 def test_delete_records_errors(minibroker, wire, topic_name):
     _create(wire, 4, _topic(topic_name), _topic(topic_name + "-c", configs={"cleanup.policy": "compact"}))
     minibroker.produce(topic_name, ["a", "b"])
-    r = wire.request(DELETE_RECORDS, 2, {"timeout_ms": 1000, "topics": [
-        {"name": topic_name, "partitions": [{"partition_index": 0, "offset": 5}, {"partition_index": 1, "offset": 0}]},
-        {"name": topic_name + "-c", "partitions": [{"partition_index": 0, "offset": 0}]},
-        {"name": topic_name + "-x", "partitions": [{"partition_index": 0, "offset": 0}]}]})
+    r = wire.request(
+        DELETE_RECORDS,
+        2,
+        {
+            "timeout_ms": 1000,
+            "topics": [
+                {
+                    "name": topic_name,
+                    "partitions": [{"partition_index": 0, "offset": 5}, {"partition_index": 1, "offset": 0}],
+                },
+                {"name": topic_name + "-c", "partitions": [{"partition_index": 0, "offset": 0}]},
+                {"name": topic_name + "-x", "partitions": [{"partition_index": 0, "offset": 0}]},
+            ],
+        },
+    )
     got = [(p.error_code, p.low_watermark) for t in r.topics for p in t.partitions]
     assert got == [(1, -1), (3, -1), (44, -1), (3, -1)]
-    r = wire.request(DELETE_RECORDS, 0, {"timeout_ms": 1000, "topics": [
-        {"name": topic_name, "partitions": [{"partition_index": 0, "offset": -1}]}]})
+    r = wire.request(
+        DELETE_RECORDS,
+        0,
+        {
+            "timeout_ms": 1000,
+            "topics": [{"name": topic_name, "partitions": [{"partition_index": 0, "offset": -1}]}],
+        },
+    )
     assert (r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].low_watermark) == (0, 2)
 
 
@@ -421,7 +566,8 @@ def test_kafka_python_describe_cluster_and_log_dirs(minibroker, admin, topic_nam
     assert cluster["cluster_id"] == minibroker.broker.cluster_id
     assert cluster["controller_id"] == minibroker.broker.node_id
     assert [(b["node_id"] if "node_id" in b else b["broker_id"], b["port"]) for b in cluster["brokers"]] == [
-        (minibroker.broker.node_id, minibroker.port)]
+        (minibroker.broker.node_id, minibroker.port)
+    ]
     admin.create_topics({topic_name: {"num_partitions": 2}})
     minibroker.produce(topic_name, ["payload"] * 3, partition=1)
     dirs = admin.describe_log_dirs(topic_partitions={topic_name: [0, 1]})
@@ -433,7 +579,9 @@ def test_describe_log_dirs_sizes_on_the_wire(minibroker, wire, topic_name):
     _create(wire, 4, _topic(topic_name, 2))
     minibroker.produce(topic_name, ["payload"] * 3, partition=1)
     for version in range(5):
-        r = wire.request(DESCRIBE_LOG_DIRS, version, {"topics": [{"topic": topic_name, "partitions": [0, 1, 7]}]})
+        r = wire.request(
+            DESCRIBE_LOG_DIRS, version, {"topics": [{"topic": topic_name, "partitions": [0, 1, 7]}]}
+        )
         (result,) = r.results
         assert result.error_code == 0 and result.log_dir == os.path.abspath(minibroker.data_dir)
         sizes = {p.partition_index: p.partition_size for t in result.topics for p in t.partitions}
@@ -446,7 +594,9 @@ def test_describe_cluster_on_the_wire(minibroker, wire):
     r = wire.request(DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": True, "endpoint_type": 1})
     assert r.error_code == 0 and r.cluster_authorized_operations > 0
     assert [(b.broker_id, b.port) for b in r.brokers] == [(minibroker.broker.node_id, minibroker.port)]
-    r = wire.request(DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2})
+    r = wire.request(
+        DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 2}
+    )
     assert r.error_code == 115
 
 
@@ -458,7 +608,9 @@ def test_kafka_python_describe_producers(minibroker, admin, topic_name):
     producers = state.active_producers if hasattr(state, "active_producers") else state["active_producers"]
     assert len(producers) == 1
     with WireClient(minibroker.host, minibroker.port) as wire:
-        resp = wire.request(DESCRIBE_PRODUCERS, 0, {"topics": [{"name": topic_name, "partition_indexes": [0, 5]}]})
+        resp = wire.request(
+            DESCRIBE_PRODUCERS, 0, {"topics": [{"name": topic_name, "partition_indexes": [0, 5]}]}
+        )
     p0, p5 = resp.topics[0].partitions
     assert p0.error_code == 0 and p0.active_producers[0].last_sequence == 2
     assert p5.error_code == 3
@@ -493,8 +645,13 @@ def test_confluent_admin_client(minibroker, topic_name):
     assert configs["retention.ms"].value == "7200000"
     assert configs["retention.ms"].source == confluent_kafka.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 
-    change = ConfigResource("topic", topic_name, incremental_configs=[
-        ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    change = ConfigResource(
+        "topic",
+        topic_name,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
     admin.incremental_alter_configs([change])[change].result(10)
     assert admin.describe_configs([resource])[resource].result(10)["retention.ms"].value == "60000"
 

@@ -35,15 +35,30 @@ def kp_consume(bootstrap, topic, count, *, partition=0, start=None, timeout=15.0
 
 def produce_raw(broker, topic, records: bytes, version=9, partition=0, acks=-1):
     with WireClient("127.0.0.1", broker.port) as c:
-        r = c.request(0, version, {"transactional_id": None, "acks": acks, "timeout_ms": 5000, "topic_data": [
-            {"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
+        r = c.request(
+            0,
+            version,
+            {
+                "transactional_id": None,
+                "acks": acks,
+                "timeout_ms": 5000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
+            },
+        )
         return r.responses[0].partition_responses[0]
 
 
 def end_offset(broker, topic, partition=0):
     with WireClient("127.0.0.1", broker.port) as c:
-        r = c.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
-            {"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1}]}]})
+        r = c.request(
+            2,
+            7,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1}]}],
+            },
+        )
         return r.topics[0].partitions[0].offset
 
 
@@ -52,15 +67,24 @@ def test_kafka_python_default_producer_and_consumer(minibroker, topic_name):
 
     producer = KafkaProducer(bootstrap_servers=minibroker.bootstrap_servers)  # 3.x: idempotent, acks=all
     base_ts = int(time.time() * 1000) - 60_000
-    futures = [producer.send(topic_name, key=b"k%d" % i, value=b"v%d" % i, headers=[("h", b"%d" % i)],
-                             timestamp_ms=base_ts + i * 1000) for i in range(20)]
+    futures = [
+        producer.send(
+            topic_name,
+            key=b"k%d" % i,
+            value=b"v%d" % i,
+            headers=[("h", b"%d" % i)],
+            timestamp_ms=base_ts + i * 1000,
+        )
+        for i in range(20)
+    ]
     producer.flush()
     assert [f.get(10).offset for f in futures] == list(range(20))
     producer.close()
 
     records = kp_consume(minibroker.bootstrap_servers, topic_name, 20)
     assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in records] == [
-        (i, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)], base_ts + i * 1000) for i in range(20)]
+        (i, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)], base_ts + i * 1000) for i in range(20)
+    ]
 
     consumer = KafkaConsumer(bootstrap_servers=minibroker.bootstrap_servers)
     tp = TopicPartition(topic_name, 0)
@@ -80,8 +104,10 @@ async def test_aiokafka_round_trip(minibroker, topic_name):
     producer = AIOKafkaProducer(bootstrap_servers=minibroker.bootstrap_servers)
     await producer.start()
     try:
-        results = [await producer.send_and_wait(topic_name, value=b"a%d" % i, key=b"k",
-                                                headers=[("x", b"y")]) for i in range(5)]
+        results = [
+            await producer.send_and_wait(topic_name, value=b"a%d" % i, key=b"k", headers=[("x", b"y")])
+            for i in range(5)
+        ]
         batch = producer.create_batch()
         for i in range(5, 10):
             batch.append(key=None, value=b"a%d" % i, timestamp=None)
@@ -110,18 +136,34 @@ async def test_aiokafka_round_trip(minibroker, topic_name):
 def test_confluent_idempotent_producer_with_each_codec(minibroker, topic_name, compression):
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    producer = Producer({"bootstrap.servers": minibroker.bootstrap_servers, "enable.idempotence": True,
-                         "compression.type": compression, "linger.ms": 5})
+    producer = Producer(
+        {
+            "bootstrap.servers": minibroker.bootstrap_servers,
+            "enable.idempotence": True,
+            "compression.type": compression,
+            "linger.ms": 5,
+        }
+    )
     delivered = []
     for i in range(200):
-        producer.produce(topic_name, key=b"k%d" % (i % 7), value=b"value-%d" % i * 3, headers={"n": str(i)},
-                         on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+        producer.produce(
+            topic_name,
+            key=b"k%d" % (i % 7),
+            value=b"value-%d" % i * 3,
+            headers={"n": str(i)},
+            on_delivery=lambda err, msg: delivered.append((err, msg.offset())),
+        )
     assert producer.flush(30) == 0
     assert all(err is None for err, _ in delivered)
     assert sorted(o for _, o in delivered) == list(range(200))
 
-    consumer = Consumer({"bootstrap.servers": minibroker.bootstrap_servers, "group.id": f"g-{topic_name}",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": minibroker.bootstrap_servers,
+            "group.id": f"g-{topic_name}",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(topic_name, 0, 0)])
     got = []
     deadline = time.monotonic() + 20
@@ -135,10 +177,25 @@ def test_confluent_idempotent_producer_with_each_codec(minibroker, topic_name, c
     assert got[5].headers() == [("n", b"5")]
     # the stored batches keep the producer's codec (compression.type=producer)
     with WireClient("127.0.0.1", minibroker.port) as c:
-        r = c.request(1, 12, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-                              "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
-                                  {"topic": topic_name, "partitions": [{"partition": 0, "fetch_offset": 0,
-                                                                        "partition_max_bytes": 1 << 20}]}]})
+        r = c.request(
+            1,
+            12,
+            {
+                "replica_id": -1,
+                "max_wait_ms": 0,
+                "min_bytes": 0,
+                "max_bytes": 1 << 20,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic": topic_name,
+                        "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+                    }
+                ],
+            },
+        )
     data = bytes(r.responses[0].partitions[0].records)
     codecs, pos = set(), 0
     while pos + 61 <= len(data):
@@ -151,44 +208,82 @@ def test_confluent_idempotent_producer_with_each_codec(minibroker, topic_name, c
 
 def test_kcat_produce_and_consume(minibroker, topic_name, kcat):
     lines = "\n".join(f"key{i}:value{i}" for i in range(30)) + "\n"
-    out = subprocess.run([kcat, "-b", minibroker.bootstrap_servers, "-P", "-t", topic_name, "-K:", "-p", "0",
-                          "-H", "hk=hv"], input=lines, text=True, capture_output=True, timeout=30)
+    out = subprocess.run(
+        [kcat, "-b", minibroker.bootstrap_servers, "-P", "-t", topic_name, "-K:", "-p", "0", "-H", "hk=hv"],
+        input=lines,
+        text=True,
+        capture_output=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
-    out = subprocess.run([kcat, "-b", minibroker.bootstrap_servers, "-C", "-t", topic_name, "-o", "beginning",
-                          "-e", "-f", "%o %k %s %h\\n"], text=True, capture_output=True, timeout=30)
+    out = subprocess.run(
+        [
+            kcat,
+            "-b",
+            minibroker.bootstrap_servers,
+            "-C",
+            "-t",
+            topic_name,
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%o %k %s %h\\n",
+        ],
+        text=True,
+        capture_output=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [f"{i} key{i} value{i} hk=hv" for i in range(30)]
     # and a kafka-python consumer sees the same
     assert [r.value for r in kp_consume(minibroker.bootstrap_servers, topic_name, 30)] == [
-        b"value%d" % i for i in range(30)]
+        b"value%d" % i for i in range(30)
+    ]
 
 
-@pytest.mark.parametrize("api_version,compression", [
-    ((0, 9), None), ((0, 9), "gzip"), ((0, 9), "snappy"), ((0, 10, 0), None), ((0, 10, 0), "gzip"),
-    ((0, 10, 0), "lz4")])
-def test_old_formats_are_stored_by_the_rules_and_read_by_modern_clients(minibroker, topic_name, api_version,
-                                                                       compression):
+@pytest.mark.parametrize(
+    "api_version,compression",
+    [
+        ((0, 9), None),
+        ((0, 9), "gzip"),
+        ((0, 9), "snappy"),
+        ((0, 10, 0), None),
+        ((0, 10, 0), "gzip"),
+        ((0, 10, 0), "lz4"),
+    ],
+)
+def test_old_formats_are_stored_by_the_rules_and_read_by_modern_clients(
+    minibroker, topic_name, api_version, compression
+):
     from kafka import KafkaProducer
 
     minibroker.produce(topic_name, [b"first"])  # offset 0, a modern v2 batch
-    old = KafkaProducer(bootstrap_servers=minibroker.bootstrap_servers, api_version=api_version,
-                        compression_type=compression, linger_ms=50, acks=1)
+    old = KafkaProducer(
+        bootstrap_servers=minibroker.bootstrap_servers,
+        api_version=api_version,
+        compression_type=compression,
+        linger_ms=50,
+        acks=1,
+    )
     futures = [old.send(topic_name, key=b"k", value=b"old-%d" % i, partition=0) for i in range(8)]
     old.flush()
     offsets = [f.get(10).offset for f in futures]
     old.close()
     assert offsets == list(range(1, 9))
     records = kp_consume(minibroker.bootstrap_servers, topic_name, 9)
-    assert [(r.offset, r.value) for r in records] == [(0, b"first")] + [(i, b"old-%d" % (i - 1))
-                                                                        for i in range(1, 9)]
+    assert [(r.offset, r.value) for r in records] == [(0, b"first")] + [
+        (i, b"old-%d" % (i - 1)) for i in range(1, 9)
+    ]
     # a seek into the middle of the (possibly compressed) old batch
     mid = kp_consume(minibroker.bootstrap_servers, topic_name, 4, start=5)
     assert [r.offset for r in mid] == [5, 6, 7, 8]
     # and an old consumer reads the modern batch, down-converted
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=minibroker.bootstrap_servers, api_version=api_version,
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=minibroker.bootstrap_servers, api_version=api_version, enable_auto_commit=False
+    )
     tp = TopicPartition(topic_name, 0)
     consumer.assign([tp])
     consumer.seek(tp, 0)
@@ -198,14 +293,19 @@ def test_old_formats_are_stored_by_the_rules_and_read_by_modern_clients(minibrok
         for recs in consumer.poll(timeout_ms=200).values():
             got.extend(recs)
     consumer.close()
-    assert [(r.offset, r.value) for r in got] == [(0, b"first")] + [(i, b"old-%d" % (i - 1)) for i in range(1, 9)]
+    assert [(r.offset, r.value) for r in got] == [(0, b"first")] + [
+        (i, b"old-%d" % (i - 1)) for i in range(1, 9)
+    ]
 
 
-@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD])
+@pytest.mark.parametrize(
+    "compression", [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD]
+)
 def test_seek_into_the_middle_of_a_v2_batch(minibroker, topic_name, compression):
     minibroker.create_topic(topic_name)
-    batch = build_records(2, [(i, 1_700_000_000_000 + i, None, b"r%d" % i) for i in range(10)],
-                          compression=compression)
+    batch = build_records(
+        2, [(i, 1_700_000_000_000 + i, None, b"r%d" % i) for i in range(10)], compression=compression
+    )
     assert produce_raw(minibroker, topic_name, batch).error_code == 0
     got = kp_consume(minibroker.bootstrap_servers, topic_name, 6, start=4)
     assert [(r.offset, r.value) for r in got] == [(i, b"r%d" % i) for i in range(4, 10)]
@@ -229,10 +329,10 @@ def test_bad_produce_input_gets_kafka_error_codes_and_appends_nothing(minibroker
     too_large = build_records(2, [(0, 1_700_000_000_000, None, b"x" * 5000)])
 
     cases = [
-        (bytes(corrupt_crc), 2),           # CORRUPT_MESSAGE
-        (bytes(truncated), 87),            # a batch cut short: "at least one record batch" (INVALID_RECORD)
-        (bytes(lying_count), 87),          # record count does not match the records: INVALID_RECORD
-        (too_large, 10),                   # MESSAGE_TOO_LARGE
+        (bytes(corrupt_crc), 2),  # CORRUPT_MESSAGE
+        (bytes(truncated), 87),  # a batch cut short: "at least one record batch" (INVALID_RECORD)
+        (bytes(lying_count), 87),  # record count does not match the records: INVALID_RECORD
+        (too_large, 10),  # MESSAGE_TOO_LARGE
     ]
     for data, expected in cases:
         result = produce_raw(broker, "bad", data)
@@ -256,11 +356,30 @@ def test_fetch_returns_exactly_the_requested_partitions(minibroker, topic_name):
     minibroker.create_topic(topic_name, partitions=3)
     minibroker.produce(topic_name, [b"a", b"b"], partition=1)
     with WireClient("127.0.0.1", minibroker.port) as c:
-        r = c.request(1, 11, {"replica_id": -1, "max_wait_ms": 10, "min_bytes": 1, "max_bytes": 1 << 20,
-                              "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
-                                  {"topic": topic_name, "partitions": [
-                                      {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-                                      for p in (2, 0, 1)]}], "forgotten_topics_data": [], "rack_id": ""})
+        r = c.request(
+            1,
+            11,
+            {
+                "replica_id": -1,
+                "max_wait_ms": 10,
+                "min_bytes": 1,
+                "max_bytes": 1 << 20,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic": topic_name,
+                        "partitions": [
+                            {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                            for p in (2, 0, 1)
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+        )
     parts = r.responses[0].partitions
     assert [p.partition_index for p in parts] == [2, 0, 1]
     assert [bytes(p.records) == b"" for p in parts] == [True, True, False]
@@ -276,9 +395,23 @@ def test_fetch_long_poll_is_woken_by_an_append(minibroker, topic_name):
     threading.Timer(0.3, lambda: minibroker.produce(topic_name, [b"late"])).start()
     t0 = time.monotonic()
     with WireClient("127.0.0.1", minibroker.port, timeout=20) as c:
-        r = c.request(1, 4, {"replica_id": -1, "max_wait_ms": 10000, "min_bytes": 1, "max_bytes": 1 << 20,
-                             "isolation_level": 0, "topics": [{"topic": topic_name, "partitions": [
-                                 {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+        r = c.request(
+            1,
+            4,
+            {
+                "replica_id": -1,
+                "max_wait_ms": 10000,
+                "min_bytes": 1,
+                "max_bytes": 1 << 20,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "topic": topic_name,
+                        "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+                    }
+                ],
+            },
+        )
     waited = time.monotonic() - t0
     assert [rec.value for rec in iter_records(bytes(r.responses[0].partitions[0].records))] == [b"late"]
     assert waited < 8  # woken by the append, not by max_wait_ms
@@ -289,13 +422,34 @@ def test_fetch_sessions_incremental(minibroker, topic_name):
     minibroker.produce(topic_name, [b"x"], partition=0)
 
     def fetch(c, session_id, epoch, parts, forgotten=()):
-        return c.request(1, 12, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-                                 "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
-                                 "topics": [{"topic": topic_name, "partitions": [
-                                     {"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20}
-                                     for p, o in parts]}] if parts else [],
-                                 "forgotten_topics_data": [{"topic": topic_name, "partitions": list(forgotten)}]
-                                 if forgotten else [], "rack_id": ""})
+        return c.request(
+            1,
+            12,
+            {
+                "replica_id": -1,
+                "max_wait_ms": 0,
+                "min_bytes": 0,
+                "max_bytes": 1 << 20,
+                "isolation_level": 0,
+                "session_id": session_id,
+                "session_epoch": epoch,
+                "topics": [
+                    {
+                        "topic": topic_name,
+                        "partitions": [
+                            {"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20}
+                            for p, o in parts
+                        ],
+                    }
+                ]
+                if parts
+                else [],
+                "forgotten_topics_data": [{"topic": topic_name, "partitions": list(forgotten)}]
+                if forgotten
+                else [],
+                "rack_id": "",
+            },
+        )
 
     with WireClient("127.0.0.1", minibroker.port) as c:
         full = fetch(c, 0, 0, [(0, 0), (1, 0)])
@@ -319,11 +473,24 @@ def test_fetch_by_topic_id_and_unknown_topic_id(minibroker, topic_name):
     with WireClient("127.0.0.1", minibroker.port) as c:
         md = c.request(3, 12, {"topics": [{"name": topic_name}], "allow_auto_topic_creation": False})
         tid = md.topics[0].topic_id
-        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "topics": [
-                    {"topic_id": t, "partitions": [{"partition": 0, "fetch_offset": 0,
-                                                    "partition_max_bytes": 1 << 20}]}
-                    for t in (tid, b"\x01" * 16)], "forgotten_topics_data": [], "rack_id": ""}
+        body = {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic_id": t,
+                    "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+                }
+                for t in (tid, b"\x01" * 16)
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
         r = c.request(1, 16, body)
     assert r.responses[0].topic_id == tid and r.responses[0].partitions[0].error_code == 0
     assert [rec.value for rec in iter_records(bytes(r.responses[0].partitions[0].records))] == [b"z"]
@@ -334,31 +501,95 @@ def test_out_of_range_and_list_offsets(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     minibroker.produce(topic_name, [b"1", b"2", b"3"])
     with WireClient("127.0.0.1", minibroker.port) as c:
-        r = c.request(1, 4, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1000,
-                             "isolation_level": 0, "topics": [{"topic": topic_name, "partitions": [
-                                 {"partition": 0, "fetch_offset": 99, "partition_max_bytes": 1000}]}]})
+        r = c.request(
+            1,
+            4,
+            {
+                "replica_id": -1,
+                "max_wait_ms": 0,
+                "min_bytes": 0,
+                "max_bytes": 1000,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "topic": topic_name,
+                        "partitions": [{"partition": 0, "fetch_offset": 99, "partition_max_bytes": 1000}],
+                    }
+                ],
+            },
+        )
         assert r.responses[0].partitions[0].error_code == 1  # OFFSET_OUT_OF_RANGE
-        lo = c.request(2, 0, {"replica_id": -1, "topics": [{"name": topic_name, "partitions": [
-            {"partition_index": 0, "timestamp": -1, "max_num_offsets": 1}]}]})
+        lo = c.request(
+            2,
+            0,
+            {
+                "replica_id": -1,
+                "topics": [
+                    {
+                        "name": topic_name,
+                        "partitions": [{"partition_index": 0, "timestamp": -1, "max_num_offsets": 1}],
+                    }
+                ],
+            },
+        )
         assert lo.topics[0].partitions[0].old_style_offsets == [3]
-        lo = c.request(2, 9, {"replica_id": -1, "isolation_level": 1, "topics": [{"name": topic_name, "partitions": [
-            {"partition_index": 0, "timestamp": t, "current_leader_epoch": -1} for t in (-2, -1, -3)]}]})
+        lo = c.request(
+            2,
+            9,
+            {
+                "replica_id": -1,
+                "isolation_level": 1,
+                "topics": [
+                    {
+                        "name": topic_name,
+                        "partitions": [
+                            {"partition_index": 0, "timestamp": t, "current_leader_epoch": -1}
+                            for t in (-2, -1, -3)
+                        ],
+                    }
+                ],
+            },
+        )
         assert [(p.offset, p.leader_epoch) for p in lo.topics[0].partitions] == [(0, 0), (3, 0), (2, 0)]
-        ep = c.request(23, 4, {"replica_id": -1, "topics": [{"topic": topic_name, "partitions": [
-            {"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0}]}]})
+        ep = c.request(
+            23,
+            4,
+            {
+                "replica_id": -1,
+                "topics": [
+                    {
+                        "topic": topic_name,
+                        "partitions": [{"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0}],
+                    }
+                ],
+            },
+        )
         assert (ep.topics[0].partitions[0].leader_epoch, ep.topics[0].partitions[0].end_offset) == (0, 3)
 
 
 def test_idempotent_duplicates_and_sequence_errors(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     with WireClient("127.0.0.1", minibroker.port) as c:
-        pid = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 1000,
-                                "producer_id": -1, "producer_epoch": -1}).producer_id
+        pid = c.request(
+            22,
+            4,
+            {
+                "transactional_id": None,
+                "transaction_timeout_ms": 1000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        ).producer_id
         assert c.request(22, 4, {"transactional_id": "tx", "transaction_timeout_ms": 1000}).error_code == 15
 
     def batch(seq, n=2, epoch=0):
-        return build_records(2, [(i, 1_700_000_000_000, None, b"s%d" % (seq + i)) for i in range(n)],
-                             producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+        return build_records(
+            2,
+            [(i, 1_700_000_000_000, None, b"s%d" % (seq + i)) for i in range(n)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+        )
 
     assert produce_raw(minibroker, topic_name, batch(0)).base_offset == 0
     assert produce_raw(minibroker, topic_name, batch(2)).base_offset == 2
@@ -366,8 +597,9 @@ def test_idempotent_duplicates_and_sequence_errors(minibroker, topic_name):
     assert (dup.error_code, dup.base_offset) == (46, 0)
     assert produce_raw(minibroker, topic_name, batch(9)).error_code == 45
     assert produce_raw(minibroker, topic_name, batch(4)).base_offset == 4
-    other = build_records(2, [(0, 1_700_000_000_000, None, b"q")], producer_id=pid + 1000, producer_epoch=0,
-                          base_sequence=5)
+    other = build_records(
+        2, [(0, 1_700_000_000_000, None, b"q")], producer_id=pid + 1000, producer_epoch=0, base_sequence=5
+    )
     assert produce_raw(minibroker, topic_name, other).error_code == 59
     assert end_offset(minibroker, topic_name) == 6
 
@@ -377,7 +609,9 @@ def test_producer_state_survives_restart(minibroker_factory):
     broker.create_topic("idem")
     with WireClient("127.0.0.1", broker.port) as c:
         pid = c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 1000}).producer_id
-    b0 = build_records(2, [(0, 1_700_000_000_000, None, b"a")], producer_id=pid, producer_epoch=0, base_sequence=0)
+    b0 = build_records(
+        2, [(0, 1_700_000_000_000, None, b"a")], producer_id=pid, producer_epoch=0, base_sequence=0
+    )
     assert produce_raw(broker, "idem", b0).base_offset == 0
     broker.restart()
     dup = produce_raw(broker, "idem", b0)
@@ -389,8 +623,12 @@ def test_producer_state_survives_restart(minibroker_factory):
 def test_acks_zero_gets_no_response_and_errors_close_the_connection(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     with WireClient("127.0.0.1", minibroker.port) as c:
-        body = {"transactional_id": None, "acks": 0, "timeout_ms": 1000, "topic_data": [
-            {"name": topic_name, "partition_data": [{"index": 0, "records": bytes(_v2())}]}]}
+        body = {
+            "transactional_id": None,
+            "acks": 0,
+            "timeout_ms": 1000,
+            "topic_data": [{"name": topic_name, "partition_data": [{"index": 0, "records": bytes(_v2())}]}],
+        }
         c.sock.sendall(codec.encode_request(0, 9, 1, body))
         assert c.request(18, 0, {}).error_code == 0  # the next answer is ApiVersions': none for acks=0
         body["topic_data"][0]["name"] = "missing-topic-for-acks0"
@@ -406,11 +644,24 @@ def test_a_client_that_never_reads_does_not_stall_others(minibroker, topic_name)
 
     minibroker.create_topic(topic_name)
     minibroker.produce(topic_name, [b"v" * 100_000 for _ in range(20)])  # ~2 MB
-    fetch = codec.encode_request(1, 4, 1, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0,
-                                           "max_bytes": 50 << 20, "isolation_level": 0, "topics": [
-                                               {"topic": topic_name, "partitions": [
-                                                   {"partition": 0, "fetch_offset": 0,
-                                                    "partition_max_bytes": 50 << 20}]}]})
+    fetch = codec.encode_request(
+        1,
+        4,
+        1,
+        {
+            "replica_id": -1,
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": 50 << 20,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "topic": topic_name,
+                    "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 50 << 20}],
+                }
+            ],
+        },
+    )
     hog = socket.create_connection(("127.0.0.1", minibroker.port))
     hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     hog.setblocking(False)
@@ -442,6 +693,10 @@ def test_large_fetch_under_uvloop_in_a_subprocess(minibroker_factory, kcat):
     broker.produce("big", values, max_request_size=2_000_000)
     got = kp_consume(broker.bootstrap_servers, "big", 200, timeout=30, max_partition_fetch_bytes=3_000_000)
     assert [r.value for r in got] == values
-    out = subprocess.run([kcat, "-b", broker.bootstrap_servers, "-C", "-t", "big", "-o", "beginning", "-e",
-                          "-f", "%o\\n"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [kcat, "-b", broker.bootstrap_servers, "-C", "-t", "big", "-o", "beginning", "-e", "-f", "%o\\n"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.split() == [str(i) for i in range(200)]

@@ -80,28 +80,44 @@ class ProducerStateTable:
         entry = self.producers.get(producer_id)
         if entry is None:
             if first_seq != 0:
-                raise KafkaError(ErrorCode.UNKNOWN_PRODUCER_ID,
-                                 f"Found no record of producerId={producer_id} on the broker")
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_PRODUCER_ID,
+                    f"Found no record of producerId={producer_id} on the broker",
+                )
             return None
         if epoch < entry.epoch:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                             f"Epoch {epoch} of producer {producer_id} is older than {entry.epoch}")
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"Epoch {epoch} of producer {producer_id} is older than {entry.epoch}",
+            )
         if epoch > entry.epoch:
             if first_seq != 0:
-                raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                                 f"Invalid sequence {first_seq} for new epoch {epoch} of producer {producer_id}")
+                raise KafkaError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"Invalid sequence {first_seq} for new epoch {epoch} of producer {producer_id}",
+                )
             return None
         for meta in entry.batches:
             if meta.first_seq == first_seq and meta.last_seq == last_seq:
                 return meta
         if first_seq != next_sequence(entry.last_seq):
-            raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                             f"Out of order sequence number for producer {producer_id}: {first_seq} "
-                             f"(incoming seq. number), {entry.last_seq} (current end sequence number)")
+            raise KafkaError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"Out of order sequence number for producer {producer_id}: {first_seq} "
+                f"(incoming seq. number), {entry.last_seq} (current end sequence number)",
+            )
         return None
 
-    def record(self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
-               first_offset: int, last_offset: int, timestamp: int = -1) -> None:
+    def record(
+        self,
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        last_seq: int,
+        first_offset: int,
+        last_offset: int,
+        timestamp: int = -1,
+    ) -> None:
         """Remember an appended batch (after ``check`` said it was new)."""
         if producer_id == NO_PRODUCER_ID:
             return
@@ -128,8 +144,16 @@ class ProducerStateTable:
             if not entry.batches:
                 continue
             last = entry.batches[-1]
-            body += _SNAP_ENTRY.pack(entry.producer_id, entry.epoch, last.last_seq, last.last_offset,
-                                     last.last_offset - last.first_offset, last.timestamp, -1, -1)
+            body += _SNAP_ENTRY.pack(
+                entry.producer_id,
+                entry.epoch,
+                last.last_seq,
+                last.last_offset,
+                last.last_offset - last.first_offset,
+                last.timestamp,
+                -1,
+                -1,
+            )
         count = (len(body) - 4) // _SNAP_ENTRY.size
         _SNAP_COUNT.pack_into(body, 0, count)
         from crc32c import crc32c  # deferred: ~10 ms to import, not needed to start
@@ -152,7 +176,7 @@ class ProducerStateTable:
         with open(path, "rb") as f:
             data = f.read()
         version, crc = _SNAP_HEADER.unpack_from(data, 0)
-        body = memoryview(data)[_SNAP_HEADER.size:]
+        body = memoryview(data)[_SNAP_HEADER.size :]
         from crc32c import crc32c
 
         if version != SNAPSHOT_VERSION or crc32c(body) != crc:
@@ -163,7 +187,8 @@ class ProducerStateTable:
         table = cls()
         for i in range(count):
             pid, epoch, last_seq, last_offset, delta, ts, _coord, _txn = _SNAP_ENTRY.unpack_from(
-                body, 4 + i * _SNAP_ENTRY.size)
+                body, 4 + i * _SNAP_ENTRY.size
+            )
             first_seq = last_seq - delta if last_seq >= delta else 0
             table.record(pid, epoch, first_seq, last_seq, last_offset - delta, last_offset, ts)
         return table

@@ -86,6 +86,24 @@ def result(resource, code: int = 0, message: str | None = None) -> Struct:
                   resource_name=resource.resource_name)
 
 
+def alter_resources(request, alter) -> Struct:
+    """The answer both AlterConfigs APIs share: ``alter(resource, validate_only)`` per resource,
+    a duplicated resource refused, one resource's error never failing the others."""
+    duplicates = unique_resources(request.resources)
+    responses = []
+    for resource in request.resources:
+        if (resource.resource_type, resource.resource_name) in duplicates:
+            responses.append(result(resource, ErrorCode.INVALID_REQUEST, "Duplicate resource."))
+            continue
+        try:
+            alter(resource, bool(request.validate_only))
+        except KafkaError as e:
+            responses.append(result(resource, e.code, e.message))
+        else:
+            responses.append(result(resource))
+    return Struct(throttle_time_ms=0, responses=responses)
+
+
 def _alter(broker, resource, validate_only: bool) -> None:
     new: dict[str, str] = {}
     for c in resource.configs:
@@ -106,16 +124,4 @@ def _alter(broker, resource, validate_only: bool) -> None:
 
 @handles(33, (0, 2))
 def handle_alter_configs(broker, header, request):
-    duplicates = unique_resources(request.resources)
-    responses = []
-    for resource in request.resources:
-        if (resource.resource_type, resource.resource_name) in duplicates:
-            responses.append(result(resource, ErrorCode.INVALID_REQUEST, "Duplicate resource."))
-            continue
-        try:
-            _alter(broker, resource, bool(request.validate_only))
-        except KafkaError as e:
-            responses.append(result(resource, e.code, e.message))
-        else:
-            responses.append(result(resource))
-    return Struct(throttle_time_ms=0, responses=responses)
+    return alter_resources(request, lambda resource, validate_only: _alter(broker, resource, validate_only))

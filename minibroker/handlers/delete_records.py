@@ -21,19 +21,27 @@ from minibroker.topic_names import is_internal
 
 def _delete(broker, topic: str, partition: int, offset: int) -> int:
     if is_internal(topic):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {topic}")
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {topic}"
+        )
     plog = broker.replicas.get_log(topic, partition)
     policy = plog.config.get("cleanup.policy", "delete")
     if "delete" not in (policy if isinstance(policy, (list, tuple)) else str(policy).split(",")):
-        raise KafkaError(ErrorCode.POLICY_VIOLATION, f"Records of partition {topic}-{partition} can not be "
-                         "deleted due to the configured policy")
+        raise KafkaError(
+            ErrorCode.POLICY_VIOLATION,
+            f"Records of partition {topic}-{partition} can not be deleted due to the configured policy",
+        )
     if offset < 0 and offset != -1:
-        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"The offset {offset} for partition {topic}-{partition} "
-                         "is not valid")
+        raise KafkaError(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            f"The offset {offset} for partition {topic}-{partition} is not valid",
+        )
     if offset > plog.high_watermark:
-        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                         f"Cannot increment the log start offset to {offset} of partition {topic}-{partition} "
-                         f"since it is larger than the high watermark {plog.high_watermark}")
+        raise KafkaError(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            f"Cannot increment the log start offset to {offset} of partition {topic}-{partition} "
+            f"since it is larger than the high watermark {plog.high_watermark}",
+        )
     return plog.delete_records_before(offset)
 
 
@@ -46,7 +54,9 @@ def handle_delete_records(broker, header, request):
             try:
                 low = _delete(broker, t.name, p.partition_index, p.offset)
             except KafkaError as e:
-                partitions.append(Struct(partition_index=p.partition_index, low_watermark=-1, error_code=int(e.code)))
+                partitions.append(
+                    Struct(partition_index=p.partition_index, low_watermark=-1, error_code=int(e.code))
+                )
             else:
                 partitions.append(Struct(partition_index=p.partition_index, low_watermark=low, error_code=0))
         topics.append(Struct(name=t.name, partitions=partitions))

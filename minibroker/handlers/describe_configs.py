@@ -30,10 +30,23 @@ TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 # Python level -> Kafka (log4j) level name, and back
-_LEVEL_NAMES = {logging.CRITICAL: "FATAL", logging.ERROR: "ERROR", logging.WARNING: "WARN",
-                logging.INFO: "INFO", logging.DEBUG: "DEBUG", logging.NOTSET: "TRACE"}
-LOG_LEVELS = {"OFF": logging.CRITICAL + 10, "FATAL": logging.CRITICAL, "ERROR": logging.ERROR,
-              "WARN": logging.WARNING, "INFO": logging.INFO, "DEBUG": logging.DEBUG, "TRACE": 5}
+_LEVEL_NAMES = {
+    logging.CRITICAL: "FATAL",
+    logging.ERROR: "ERROR",
+    logging.WARNING: "WARN",
+    logging.INFO: "INFO",
+    logging.DEBUG: "DEBUG",
+    logging.NOTSET: "TRACE",
+}
+LOG_LEVELS = {
+    "OFF": logging.CRITICAL + 10,
+    "FATAL": logging.CRITICAL,
+    "ERROR": logging.ERROR,
+    "WARN": logging.WARNING,
+    "INFO": logging.INFO,
+    "DEBUG": logging.DEBUG,
+    "TRACE": 5,
+}
 ROOT_LOGGER = "root"
 
 
@@ -44,10 +57,14 @@ def check_broker_name(broker, name: str) -> bool:
     try:
         node = int(name)
     except ValueError:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}") from None
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}"
+        ) from None
     if node != broker.node_id:
-        raise KafkaError(ErrorCode.INVALID_REQUEST,
-                         f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}")
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}",
+        )
     return True
 
 
@@ -61,8 +78,11 @@ def existing_topic(broker, name: str):
 
 
 def logger_names() -> list[str]:
-    names = [n for n, lg in logging.root.manager.loggerDict.items()
-             if n.startswith("minibroker") and isinstance(lg, logging.Logger)]
+    names = [
+        n
+        for n, lg in logging.root.manager.loggerDict.items()
+        if n.startswith("minibroker") and isinstance(lg, logging.Logger)
+    ]
     return [ROOT_LOGGER, *sorted(names)]
 
 
@@ -76,10 +96,17 @@ def logger_level(name: str) -> str:
 
 
 def _entry(version: int, name, value, source, read_only, sensitive, synonyms, config_type, doc) -> Struct:
-    return Struct(name=name, value=value, read_only=read_only, is_default=source == ConfigSource.DEFAULT_CONFIG,
-                  config_source=int(source), is_sensitive=sensitive,
-                  synonyms=[Struct(name=s.name, value=s.value, source=int(s.source)) for s in synonyms],
-                  config_type=int(config_type), documentation=doc)
+    return Struct(
+        name=name,
+        value=value,
+        read_only=read_only,
+        is_default=source == ConfigSource.DEFAULT_CONFIG,
+        config_source=int(source),
+        is_sensitive=sensitive,
+        synonyms=[Struct(name=s.name, value=s.value, source=int(s.source)) for s in synonyms],
+        config_type=int(config_type),
+        documentation=doc,
+    )
 
 
 def _describe(broker, version: int, resource, synonyms: bool, docs: bool) -> list[Struct]:
@@ -87,8 +114,9 @@ def _describe(broker, version: int, resource, synonyms: bool, docs: bool) -> lis
     rtype, name = resource.resource_type, resource.resource_name
     if rtype == TOPIC:
         info = existing_topic(broker, name)
-        entries = describe_topic_configs(broker.config, info.configs, keys, include_synonyms=synonyms,
-                                         include_documentation=docs)
+        entries = describe_topic_configs(
+            broker.config, info.configs, keys, include_synonyms=synonyms, include_documentation=docs
+        )
     elif rtype == BROKER:
         if check_broker_name(broker, name):
             entries = broker.config.describe(keys, include_synonyms=synonyms, include_documentation=docs)
@@ -102,14 +130,37 @@ def _describe(broker, version: int, resource, synonyms: bool, docs: bool) -> lis
                 e.synonyms = [s for s in e.synonyms if s.source != ConfigSource.DYNAMIC_BROKER_CONFIG]
     elif rtype == BROKER_LOGGER:
         check_broker_name(broker, name)
-        return [Struct(name=n, value=logger_level(n), read_only=False, is_default=False,
-                       config_source=DYNAMIC_BROKER_LOGGER_CONFIG, is_sensitive=False, synonyms=[],
-                       config_type=2, documentation=None)
-                for n in logger_names() if keys is None or n in keys]
+        return [
+            Struct(
+                name=n,
+                value=logger_level(n),
+                read_only=False,
+                is_default=False,
+                config_source=DYNAMIC_BROKER_LOGGER_CONFIG,
+                is_sensitive=False,
+                synonyms=[],
+                config_type=2,
+                documentation=None,
+            )
+            for n in logger_names()
+            if keys is None or n in keys
+        ]
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
-    return [_entry(version, e.name, e.value, e.source, e.read_only, e.sensitive, e.synonyms, e.config_type,
-                   e.documentation) for e in entries]
+    return [
+        _entry(
+            version,
+            e.name,
+            e.value,
+            e.source,
+            e.read_only,
+            e.sensitive,
+            e.synonyms,
+            e.config_type,
+            e.documentation,
+        )
+        for e in entries
+    ]
 
 
 @handles(32, (0, 4))
@@ -122,10 +173,23 @@ def handle_describe_configs(broker, header, request):
         try:
             configs = _describe(broker, version, resource, synonyms, docs)
         except KafkaError as e:
-            results.append(Struct(error_code=int(e.code), error_message=e.message,
-                                  resource_type=resource.resource_type, resource_name=resource.resource_name,
-                                  configs=[]))
+            results.append(
+                Struct(
+                    error_code=int(e.code),
+                    error_message=e.message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=[],
+                )
+            )
             continue
-        results.append(Struct(error_code=0, error_message=None, resource_type=resource.resource_type,
-                              resource_name=resource.resource_name, configs=configs))
+        results.append(
+            Struct(
+                error_code=0,
+                error_message=None,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=configs,
+            )
+        )
     return Struct(throttle_time_ms=0, results=results)

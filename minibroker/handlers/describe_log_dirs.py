@@ -24,8 +24,13 @@ def _wanted(broker, topics):
     infos = broker.logs.topics
     if topics is None:
         return [(name, p) for name, info in sorted(infos.items()) for p in range(info.partitions)]
-    return [(t.topic, p) for t in topics if t.topic in infos for p in t.partitions
-            if 0 <= p < infos[t.topic].partitions]
+    return [
+        (t.topic, p)
+        for t in topics
+        if t.topic in infos
+        for p in t.partitions
+        if 0 <= p < infos[t.topic].partitions
+    ]
 
 
 @handles(35, (0, 4))
@@ -39,7 +44,10 @@ def handle_describe_log_dirs(broker, header, request):
             continue
         d = os.path.dirname(os.path.abspath(plog.directory))
         by_dir.setdefault(d, {}).setdefault(topic, []).append(
-            Struct(partition_index=partition, partition_size=plog.size_bytes, offset_lag=0, is_future_key=False))
+            Struct(
+                partition_index=partition, partition_size=plog.size_bytes, offset_lag=0, is_future_key=False
+            )
+        )
     results = []
     for d, topics in by_dir.items():
         try:
@@ -47,6 +55,13 @@ def handle_describe_log_dirs(broker, header, request):
             total, usable = usage.total, usage.free
         except OSError:
             total = usable = -1
-        results.append(Struct(error_code=0, log_dir=d, total_bytes=total, usable_bytes=usable,
-                              topics=[Struct(name=name, partitions=parts) for name, parts in topics.items()]))
+        results.append(
+            Struct(
+                error_code=0,
+                log_dir=d,
+                total_bytes=total,
+                usable_bytes=usable,
+                topics=[Struct(name=name, partitions=parts) for name, parts in topics.items()],
+            )
+        )
     return Struct(throttle_time_ms=0, error_code=0, results=results)

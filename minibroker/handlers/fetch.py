@@ -89,18 +89,20 @@ class FetchPlan:
             for p in topic.partitions:
                 known = session.partitions.get((name, p.partition))
                 if known is None:
-                    session.partitions[(name, p.partition)] = SessionPartition(topic_id, p.fetch_offset,
-                                                                               p.partition_max_bytes)
+                    session.partitions[(name, p.partition)] = SessionPartition(
+                        topic_id, p.fetch_offset, p.partition_max_bytes
+                    )
                 else:  # keep what the client was last told, so an unchanged partition stays quiet
                     known.fetch_offset, known.max_bytes = p.fetch_offset, p.partition_max_bytes
         for forgotten in req.forgotten_topics_data:
-            name = (self.broker.logs.topic_name(forgotten.topic_id) if self.version >= 13
-                    else forgotten.topic)
+            name = self.broker.logs.topic_name(forgotten.topic_id) if self.version >= 13 else forgotten.topic
             for partition in forgotten.partitions:
                 session.partitions.pop((name, partition), None)
         grouped: dict[str, tuple[bytes, list]] = {}
         for (name, partition), sp in session.partitions.items():
-            grouped.setdefault(name, (sp.topic_id, []))[1].append((partition, sp.fetch_offset, sp.max_bytes, -1))
+            grouped.setdefault(name, (sp.topic_id, []))[1].append(
+                (partition, sp.fetch_offset, sp.max_bytes, -1)
+            )
         self.topics = [(name, tid, parts) for name, (tid, parts) in grouped.items()]
 
     def _full(self, session) -> None:
@@ -109,22 +111,32 @@ class FetchPlan:
             if name is None:
                 self.unknown_ids.setdefault(topic_id, []).extend(p.partition for p in topic.partitions)
                 continue
-            parts = [(p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
-                     for p in topic.partitions]
+            parts = [
+                (p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+                for p in topic.partitions
+            ]
             self.topics.append((name, topic_id, parts))
             if session is not None:
                 for p in topic.partitions:
-                    session.partitions[(name, p.partition)] = SessionPartition(topic_id, p.fetch_offset,
-                                                                               p.partition_max_bytes)
+                    session.partitions[(name, p.partition)] = SessionPartition(
+                        topic_id, p.fetch_offset, p.partition_max_bytes
+                    )
 
     def keys(self) -> list[tuple[str, int]]:
         return [(name, p[0]) for name, _, parts in self.topics for p in parts]
 
 
 def _partition(index, error=0, hw=-1, log_start=-1, records=EMPTY, committed=False) -> Struct:
-    return Struct(partition_index=index, error_code=int(error), high_watermark=hw, last_stable_offset=hw,
-                  log_start_offset=log_start, aborted_transactions=[] if committed else None,
-                  preferred_read_replica=-1, records=records)
+    return Struct(
+        partition_index=index,
+        error_code=int(error),
+        high_watermark=hw,
+        last_stable_offset=hw,
+        log_start_offset=log_start,
+        aborted_transactions=[] if committed else None,
+        preferred_read_replica=-1,
+        records=records,
+    )
 
 
 def read_partitions(plan: FetchPlan) -> tuple[list, int]:
@@ -175,14 +187,26 @@ def read_partitions(plan: FetchPlan) -> tuple[list, int]:
         if out or not plan.incremental:
             responses.append(Struct(topic=name, topic_id=topic_id, partitions=out))
     for topic_id, partitions in plan.unknown_ids.items():
-        responses.append(Struct(topic=None, topic_id=topic_id, partitions=[
-            _partition(p, ErrorCode.UNKNOWN_TOPIC_ID, committed=committed) for p in partitions]))
+        responses.append(
+            Struct(
+                topic=None,
+                topic_id=topic_id,
+                partitions=[
+                    _partition(p, ErrorCode.UNKNOWN_TOPIC_ID, committed=committed) for p in partitions
+                ],
+            )
+        )
     return responses, total
 
 
 def _response(plan: FetchPlan, responses) -> Struct:
-    return Struct(throttle_time_ms=0, error_code=int(plan.error_code), session_id=plan.session_id,
-                  responses=responses, node_endpoints=[])
+    return Struct(
+        throttle_time_ms=0,
+        error_code=int(plan.error_code),
+        session_id=plan.session_id,
+        responses=responses,
+        node_endpoints=[],
+    )
 
 
 def _any_error(responses) -> bool:

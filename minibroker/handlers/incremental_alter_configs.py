@@ -2,7 +2,8 @@
 
 Behaviour: per resource, all-or-nothing, operations SET 0, DELETE 1, APPEND 2, SUBTRACT 3.
 - TOPIC: applied to the topic's overrides (APPEND/SUBTRACT on list keys only, starting from
-  the override or else Kafka's topic default, as Kafka does; otherwise 40), validated (40), persisted and applied to the live logs.
+  the override or else Kafka's topic default, as Kafka does; otherwise 40), validated (40), persisted
+  and applied to the live logs.
   Illegal name 17, unknown topic 3.
 - BROKER: applied to this broker's dynamic layer (name = node.id) or the cluster default (empty
   name); only dynamic keys (42 otherwise); topics follow live as with AlterConfigs.
@@ -19,14 +20,16 @@ from __future__ import annotations
 
 import logging
 
-from minibroker.config import BROKER_CONFIGS, AlterOp, ConfigType, alter_topic_configs, format_value, parse_typed
-from minibroker.errors import ErrorCode, KafkaError
-from minibroker.handlers.alter_configs import (
-    result,
-    set_broker_layer,
-    set_topic_overrides,
-    unique_resources,
+from minibroker.config import (
+    BROKER_CONFIGS,
+    AlterOp,
+    ConfigType,
+    alter_topic_configs,
+    format_value,
+    parse_typed,
 )
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.alter_configs import alter_resources, set_broker_layer, set_topic_overrides
 from minibroker.handlers.describe_configs import (
     BROKER,
     BROKER_LOGGER,
@@ -38,7 +41,6 @@ from minibroker.handlers.describe_configs import (
     logger_names,
 )
 from minibroker.handlers.registry import handles
-from minibroker.protocol.codec import Struct
 
 
 def _ops(resource) -> list[tuple[str, AlterOp, str | None]]:
@@ -50,8 +52,9 @@ def _ops(resource) -> list[tuple[str, AlterOp, str | None]]:
         try:
             op = AlterOp(c.config_operation)
         except ValueError:
-            raise KafkaError(ErrorCode.INVALID_REQUEST,
-                             f"Unknown alter config operation: {c.config_operation}") from None
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST, f"Unknown alter config operation: {c.config_operation}"
+            ) from None
         if op is not AlterOp.DELETE and c.value is None:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}")
         ops.append((c.name, op, c.value))
@@ -69,8 +72,9 @@ def _broker_layer(broker, per_broker: bool, ops) -> dict[str, str]:
         else:
             if spec is None or spec.type is not ConfigType.LIST:
                 verb = "append" if op is AlterOp.APPEND else "subtract"
-                raise KafkaError(ErrorCode.INVALID_CONFIG,
-                                 f"Config value {verb} is not allowed for config key: {name}")
+                raise KafkaError(
+                    ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}"
+                )
             current = layer.get(name, format_value(spec.type, broker.config[name]) or "")
             items = parse_typed(ConfigType.LIST, current)
             changes = parse_typed(ConfigType.LIST, value)
@@ -91,17 +95,23 @@ def _loggers(ops, validate_only: bool) -> None:
         if op is AlterOp.SET:
             level = (value or "").upper()
             if level not in LOG_LEVELS:
-                raise KafkaError(ErrorCode.INVALID_CONFIG,
-                                 f"Cannot set the log level of {name} to {value} as it is not a supported log "
-                                 f"level. Valid log levels are {', '.join(LOG_LEVELS)}")
+                raise KafkaError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"Cannot set the log level of {name} to {value} as it is not a supported log "
+                    f"level. Valid log levels are {', '.join(LOG_LEVELS)}",
+                )
             changes.append((name, LOG_LEVELS[level]))
         elif op is AlterOp.DELETE:
             if name == ROOT_LOGGER:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "Removing the log level of the root logger is not allowed")
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST, "Removing the log level of the root logger is not allowed"
+                )
             changes.append((name, logging.NOTSET))
         else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"{op.name} operation is not allowed for the BROKER_LOGGER "
-                             "resource")
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                f"{op.name} operation is not allowed for the BROKER_LOGGER resource",
+            )
     if not validate_only:
         for name, level in changes:
             (logging.getLogger() if name == ROOT_LOGGER else logging.getLogger(name)).setLevel(level)
@@ -125,16 +135,4 @@ def _alter(broker, resource, validate_only: bool) -> None:
 
 @handles(44, (0, 1))
 def handle_incremental_alter_configs(broker, header, request):
-    duplicates = unique_resources(request.resources)
-    responses = []
-    for resource in request.resources:
-        if (resource.resource_type, resource.resource_name) in duplicates:
-            responses.append(result(resource, ErrorCode.INVALID_REQUEST, "Duplicate resource."))
-            continue
-        try:
-            _alter(broker, resource, bool(request.validate_only))
-        except KafkaError as e:
-            responses.append(result(resource, e.code, e.message))
-        else:
-            responses.append(result(resource))
-    return Struct(throttle_time_ms=0, responses=responses)
+    return alter_resources(request, lambda resource, validate_only: _alter(broker, resource, validate_only))

@@ -16,6 +16,12 @@ from minibroker.protocol.codec import Struct
 @handles(22, (0, 5))
 def handle_init_producer_id(broker, header, request):
     if request.transactional_id is not None:
-        return Struct(throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                      producer_id=-1, producer_epoch=-1)
-    return Struct(throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.allocate(), producer_epoch=0)
+        return Struct(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    return Struct(
+        throttle_time_ms=0, error_code=0, producer_id=broker.producer_ids.allocate(), producer_epoch=0
+    )

@@ -45,12 +45,26 @@ def handle_list_offsets(broker, header, request):
                 check_current_leader_epoch(p.current_leader_epoch)
                 plog = broker.replicas.get_log(topic.name, p.partition_index)
                 ts, offset = lookup(plog, p.timestamp, version)
-                partitions.append(Struct(partition_index=p.partition_index, error_code=0,
-                                         old_style_offsets=[offset] if offset >= 0 and p.max_num_offsets else [],
-                                         timestamp=ts, offset=offset,
-                                         leader_epoch=LEADER_EPOCH if offset >= 0 else -1))
+                partitions.append(
+                    Struct(
+                        partition_index=p.partition_index,
+                        error_code=0,
+                        old_style_offsets=[offset] if offset >= 0 and p.max_num_offsets else [],
+                        timestamp=ts,
+                        offset=offset,
+                        leader_epoch=LEADER_EPOCH if offset >= 0 else -1,
+                    )
+                )
             except KafkaError as e:
-                partitions.append(Struct(partition_index=p.partition_index, error_code=int(e.code),
-                                         old_style_offsets=[], timestamp=-1, offset=-1, leader_epoch=-1))
+                partitions.append(
+                    Struct(
+                        partition_index=p.partition_index,
+                        error_code=int(e.code),
+                        old_style_offsets=[],
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    )
+                )
         topics.append(Struct(name=topic.name, partitions=partitions))
     return Struct(throttle_time_ms=0, topics=topics)

@@ -22,10 +22,22 @@ from minibroker.topic_names import is_internal, validate_topic_name
 def topic_metadata(broker, name: str, info) -> Struct:
     node = broker.node_id
     return Struct(
-        error_code=0, name=name, topic_id=info.id, is_internal=is_internal(name),
-        partitions=[Struct(error_code=0, partition_index=p, leader_id=node, leader_epoch=0,
-                           replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
-                    for p in range(info.partitions)],
+        error_code=0,
+        name=name,
+        topic_id=info.id,
+        is_internal=is_internal(name),
+        partitions=[
+            Struct(
+                error_code=0,
+                partition_index=p,
+                leader_id=node,
+                leader_epoch=0,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[],
+            )
+            for p in range(info.partitions)
+        ],
         topic_authorized_operations=-2147483648,
     )
 
@@ -42,7 +54,9 @@ def handle_metadata(broker, header, request):
         wanted = [(name, None) for name in sorted(topics)]
     else:
         wanted = [(t.name, t.topic_id) for t in request.topics]
-    auto_create = broker.config["auto.create.topics.enable"] and (version < 4 or request.allow_auto_topic_creation)
+    auto_create = broker.config["auto.create.topics.enable"] and (
+        version < 4 or request.allow_auto_topic_creation
+    )
     out = []
     for name, topic_id in wanted:
         if name is None:

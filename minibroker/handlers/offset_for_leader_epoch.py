@@ -26,9 +26,12 @@ def handle_offset_for_leader_epoch(broker, header, request):
                     epoch, end = LEADER_EPOCH, plog.log_end_offset
                 else:
                     epoch, end = -1, -1
-                partitions.append(Struct(error_code=0, partition=p.partition, leader_epoch=epoch, end_offset=end))
+                partitions.append(
+                    Struct(error_code=0, partition=p.partition, leader_epoch=epoch, end_offset=end)
+                )
             except KafkaError as e:
-                partitions.append(Struct(error_code=int(e.code), partition=p.partition, leader_epoch=-1,
-                                         end_offset=-1))
+                partitions.append(
+                    Struct(error_code=int(e.code), partition=p.partition, leader_epoch=-1, end_offset=-1)
+                )
         topics.append(Struct(topic=topic.topic, partitions=partitions))
     return Struct(throttle_time_ms=0, topics=topics)

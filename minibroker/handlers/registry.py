@@ -8,8 +8,9 @@ response (acks=0 produce). A second registration for an API key fails at import.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from minibroker.protocol.codec import API_NAMES, REQUESTS
 from minibroker.protocol.declarations import in_range
@@ -53,4 +54,6 @@ def handles(api_key: int, versions: tuple[int, int]):
 
 def served_versions() -> list[tuple[int, int, int]]:
     """(api_key, min, max) for every served API, sorted by key: what ApiVersions lists."""
-    return [(h.api_key, h.min_version, h.max_version) for h in sorted(HANDLERS.values(), key=lambda h: h.api_key)]
+    return [
+        (h.api_key, h.min_version, h.max_version) for h in sorted(HANDLERS.values(), key=lambda h: h.api_key)
+    ]

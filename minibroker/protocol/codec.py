@@ -15,10 +15,10 @@ send them with sendfile. Sans-I/O: no sockets, no asyncio.
 from __future__ import annotations
 
 import struct
-from functools import lru_cache
+from collections.abc import Callable, Mapping
+from functools import cache
 from types import SimpleNamespace
-from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any
 
 from minibroker.errors import ProtocolViolation
 from minibroker.file_region import FileRegion
@@ -139,8 +139,15 @@ def _type_zero(f: F) -> Any:
     t = f.type
     if t.startswith("[]"):
         return []
-    return {"bool": False, "string": "", "bytes": b"", "records": None, "uuid": ZERO_UUID,
-            "float64": 0.0, "struct": None}.get(t, 0)
+    return {
+        "bool": False,
+        "string": "",
+        "bytes": b"",
+        "records": None,
+        "uuid": ZERO_UUID,
+        "float64": 0.0,
+        "struct": None,
+    }.get(t, 0)
 
 
 def default_value(f: F, version: int) -> Any:
@@ -180,15 +187,17 @@ def _read_bool(buf, pos):
 
 def _read_uuid(buf, pos):
     _need(buf, pos, 16)
-    return bytes(buf[pos: pos + 16]), pos + 16
+    return bytes(buf[pos : pos + 16]), pos + 16
 
 
 def _length_reader(compact: bool, wide: bool) -> Reader:
     """Lengths: compact = uvarint(n + 1), 0 is null; else int16 (strings) or int32 (bytes, arrays)."""
     if compact:
+
         def read(buf, pos):
             n, pos = read_uvarint(buf, pos)
             return n - 1, pos
+
         return read
     return _fixed_reader(_I32 if wide else _I16)
 
@@ -204,7 +213,7 @@ def _string_reader(compact: bool, nullable: bool) -> Reader:
             return None, pos
         _need(buf, pos, n)
         try:
-            return str(buf[pos: pos + n], "utf-8"), pos + n
+            return str(buf[pos : pos + n], "utf-8"), pos + n
         except UnicodeDecodeError as e:
             raise ProtocolViolation("string is not valid UTF-8") from e
 
@@ -221,7 +230,7 @@ def _bytes_reader(compact: bool, nullable: bool, zero_copy: bool) -> Reader:
                 raise ProtocolViolation("null for non-nullable bytes")
             return None, pos
         _need(buf, pos, n)
-        view = memoryview(buf)[pos: pos + n]
+        view = memoryview(buf)[pos : pos + n]
         return (view if zero_copy else bytes(view)), pos + n
 
     return read
@@ -348,7 +357,7 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
                 size = reader.size
                 if pos + size > len(buf):
                     raise ProtocolViolation("truncated fixed-size fields")
-                values.update(zip(name, reader.unpack_from(buf, pos)))
+                values.update(zip(name, reader.unpack_from(buf, pos), strict=True))
                 pos += size
             else:
                 values[name], pos = reader(buf, pos)
@@ -402,8 +411,10 @@ def _write_uuid(w: Writer, v):
 
 def _length_writer(compact: bool, wide: bool) -> WriteFn:
     if compact:
+
         def write(w: Writer, n: int):
             write_uvarint(w.buf, n + 1)
+
         return write
     return _fixed_writer(_I32 if wide else _I16)
 
@@ -481,8 +492,10 @@ def _field_writer(f: F, version: int, flexible: bool) -> WriteFn:
     if f.type == "struct":
         inner = _struct_writer(f.fields, version, flexible)
         if not nullable:
+
             def write_struct(w: Writer, v):
                 inner(w, v if v is not None else _default_struct(f.fields, version))
+
             return write_struct
 
         def write_nullable(w: Writer, v):
@@ -510,8 +523,14 @@ def _struct_writer(fields: tuple[F, ...], version: int, flexible: bool) -> Write
     def close_run():
         nonlocal run, run_format
         if run:
-            plan.append((tuple(f.name for f in run), tuple(default_value(f, version) for f in run), None,
-                         struct.Struct(">" + run_format)))
+            plan.append(
+                (
+                    tuple(f.name for f in run),
+                    tuple(default_value(f, version) for f in run),
+                    None,
+                    struct.Struct(">" + run_format),
+                )
+            )
             run, run_format = [], ""
 
     for f in fields:
@@ -536,7 +555,7 @@ def _struct_writer(fields: tuple[F, ...], version: int, flexible: bool) -> Write
         get = values.get
         for name, f, writer, packed in plan:
             if packed is not None:
-                w.buf += packed.pack(*[get(n, d) for n, d in zip(name, f)])
+                w.buf += packed.pack(*[get(n, d) for n, d in zip(name, f, strict=True)])
                 continue
             v = get(name, _MISSING)
             writer(w, default_value(f, version) if v is _MISSING else v)
@@ -574,14 +593,16 @@ def is_flexible(message: Message, version: int) -> bool:
     return in_range(version, message.flexible)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compiled(name: str, version: int) -> tuple[Reader, WriteFn]:
     message = MESSAGES[name]
     if not in_range(version, message.valid):
         raise UnsupportedVersion(f"{name} v{version} is outside {message.valid}")
     flexible = is_flexible(message, version)
-    return (_struct_reader(message.fields, version, flexible),
-            _struct_writer(message.fields, version, flexible))
+    return (
+        _struct_reader(message.fields, version, flexible),
+        _struct_writer(message.fields, version, flexible),
+    )
 
 
 def decode(name: str, version: int, buf, pos: int = 0, *, exact: bool = True) -> Struct:
@@ -646,28 +667,37 @@ def decode_request_header(buf) -> tuple[RequestHeader, int]:
         header, end = _compiled("RequestHeader", header_version)[0](buf, 0)
     except (IndexError, struct.error) as e:
         raise ProtocolViolation(f"truncated request header ({e})") from e
-    return RequestHeader(api_key=api_key, api_version=api_version, correlation_id=correlation_id,
-                         client_id=header.client_id), end
+    return RequestHeader(
+        api_key=api_key, api_version=api_version, correlation_id=correlation_id, client_id=header.client_id
+    ), end
 
 
-def encode_request(api_key: int, api_version: int, correlation_id: int, body: Any,
-                   client_id: str | None = "minibroker") -> bytes:
+def encode_request(
+    api_key: int, api_version: int, correlation_id: int, body: Any, client_id: str | None = "minibroker"
+) -> bytes:
     """A whole size-prefixed request frame (for our own tools, the healthcheck and tests)."""
     w = Writer()
-    header = {"request_api_key": api_key, "request_api_version": api_version,
-              "correlation_id": correlation_id, "client_id": client_id}
+    header = {
+        "request_api_key": api_key,
+        "request_api_version": api_version,
+        "correlation_id": correlation_id,
+        "client_id": client_id,
+    }
     encode_into(w, "RequestHeader", request_header_version(api_key, api_version), header)
     encode_into(w, REQUESTS[api_key].name, api_version, body)
     data = b"".join(p.read() if isinstance(p, FileRegion) else p for p in w.finish())
     return _I32.pack(len(data)) + data
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> list[bytes | FileRegion]:
+def encode_response(
+    api_key: int, api_version: int, correlation_id: int, body: Any
+) -> list[bytes | FileRegion]:
     """A whole size-prefixed response frame as parts; file regions stay separate for sendfile."""
     w = Writer()
     w.buf += b"\x00\x00\x00\x00"  # size, patched below
-    encode_into(w, "ResponseHeader", response_header_version(api_key, api_version),
-                {"correlation_id": correlation_id})
+    encode_into(
+        w, "ResponseHeader", response_header_version(api_key, api_version), {"correlation_id": correlation_id}
+    )
     encode_into(w, RESPONSES[api_key].name, api_version, body)
     total = len(w) - 4
     parts = w.finish()

@@ -19,14 +19,27 @@ import importlib
 # Public names -> the module defining them. Loaded on first use (PEP 562): storage imports only
 # ``framing`` at startup, and the codecs' libraries (zstd, lz4, snappy) load with the validator.
 _EXPORTS = {
-    "Batch": "batches", "EntryFormatError": "batches", "iter_batches": "batches", "iter_records": "batches",
-    "Compression": "codecs", "compress": "codecs", "decompress": "codecs", "has_lz4": "codecs",
-    "has_snappy": "codecs", "has_zstd": "codecs",
-    "ControlType": "control", "EndTxnMarker": "control", "build_end_txn_marker": "control",
+    "Batch": "batches",
+    "EntryFormatError": "batches",
+    "iter_batches": "batches",
+    "iter_records": "batches",
+    "Compression": "codecs",
+    "compress": "codecs",
+    "decompress": "codecs",
+    "has_lz4": "codecs",
+    "has_snappy": "codecs",
+    "has_zstd": "codecs",
+    "ControlType": "control",
+    "EndTxnMarker": "control",
+    "build_end_txn_marker": "control",
     "parse_control_record": "control",
     "down_convert": "convert",
-    "Record": "record", "TimestampType": "record",
-    "AppendConfig": "validator", "AppendPath": "validator", "AppendResult": "validator", "BatchFacts": "validator",
+    "Record": "record",
+    "TimestampType": "record",
+    "AppendConfig": "validator",
+    "AppendPath": "validator",
+    "AppendResult": "validator",
+    "BatchFacts": "validator",
     "validate_and_assign": "validator",
 }
 _SUBMODULES = {"framing", "legacy", "v2"}
@@ -87,4 +100,6 @@ def build_records(magic: int, records, *, compression: int = 0, timestamp_type: 
         if "base_offset" not in kw and rows:
             kw["base_offset"] = rows[0].offset if isinstance(rows[0], Record) else rows[0][0]
         return v2.build_batch(rows, compression=compression, timestamp_type=timestamp_type, **kw)
-    return legacy.build_message_set(magic, records, compression=compression, timestamp_type=timestamp_type, **kw)
+    return legacy.build_message_set(
+        magic, records, compression=compression, timestamp_type=timestamp_type, **kw
+    )

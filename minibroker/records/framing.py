@@ -13,7 +13,6 @@ import zlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
-
 LOG_OVERHEAD = 12  # int64 offset + int32 size
 MAGIC_OFFSET = 16
 V2_HEADER_SIZE = 61

@@ -117,9 +117,9 @@ class Broker:
         self._stopping = True
         for server in self._servers:
             server.close()
-        deadline = time.monotonic() + 0.5
-        while any(not c.idle for c in self.connections) and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        in_flight = [c.in_flight for c in self.connections if c.in_flight is not None]
+        if in_flight:  # let requests being answered finish, briefly
+            await asyncio.wait(in_flight, timeout=0.5)
         for conn in list(self.connections):
             conn.close()
         for server in self._servers:

@@ -269,7 +269,7 @@ class KafkaConnection(asyncio.Protocol):
                 sent = None
             if sent is None:
                 ready = loop.create_future()
-                loop.add_writer(sock, lambda: ready.done() or ready.set_result(None))
+                loop.add_writer(sock, lambda ready=ready: ready.done() or ready.set_result(None))
                 try:
                     await ready
                 finally:
@@ -298,3 +298,9 @@ class KafkaConnection(asyncio.Protocol):
     @property
     def idle(self) -> bool:
         return not self._busy and not self._queue
+
+    @property
+    def in_flight(self) -> asyncio.Task | None:
+        """The task answering a request right now (async handler or a sendfile), if any."""
+        task = self._task
+        return task if task is not None and not task.done() else None

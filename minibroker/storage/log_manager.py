@@ -20,7 +20,8 @@ import logging
 import os
 import re
 import time
-from typing import Any, Iterator, Mapping, NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import checkpoints as ckpt
@@ -45,8 +46,9 @@ class TopicInfo(NamedTuple):
 class LogManager:
     """Owns the partition directories under ``log_dirs`` and the topic metadata file."""
 
-    def __init__(self, log_dirs: list[str] | str, config: Mapping[str, Any] | None, node_id: int,
-                 *, clock=time.time):
+    def __init__(
+        self, log_dirs: list[str] | str, config: Mapping[str, Any] | None, node_id: int, *, clock=time.time
+    ):
         if isinstance(log_dirs, str):
             log_dirs = [d for d in log_dirs.split(",") if d]
         if not log_dirs:
@@ -75,8 +77,10 @@ class LogManager:
             if props is None:
                 continue
             if "node.id" in props and int(props["node.id"]) != self.node_id:
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                 f"{d} belongs to node {props['node.id']}, this is node {self.node_id}")
+                raise KafkaError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"{d} belongs to node {props['node.id']}, this is node {self.node_id}",
+                )
             if props.get("cluster.id"):
                 cluster_ids.add(props["cluster.id"])
         if len(cluster_ids) > 1:
@@ -86,8 +90,9 @@ class LogManager:
             path = os.path.join(d, ckpt.META_PROPERTIES)
             props = ckpt.read_properties(path)
             if props is None or props.get("cluster.id") != self._cluster_id:
-                ckpt.write_properties(path, {"cluster.id": self._cluster_id, "node.id": str(self.node_id),
-                                             "version": "1"})
+                ckpt.write_properties(
+                    path, {"cluster.id": self._cluster_id, "node.id": str(self.node_id), "version": "1"}
+                )
 
         self._topics = self._read_topics_file()
         clean_dirs = {d: os.path.exists(os.path.join(d, ckpt.CLEAN_SHUTDOWN_FILE)) for d in self.log_dirs}
@@ -106,11 +111,13 @@ class LogManager:
                 if not part.isdigit():
                     continue
                 if (topic, int(part)) in found:
-                    log.error("partition %s exists in two log dirs; using %s", name, found[(topic, int(part))][0])
+                    log.error(
+                        "partition %s exists in two log dirs; using %s", name, found[(topic, int(part))][0]
+                    )
                     continue
                 found[(topic, int(part))] = (d, full)
         # Topics only known from their directories (e.g. the topics file was lost): adopt them.
-        for (topic, partition), (_d, full) in sorted(found.items()):
+        for (topic, _partition), (_d, full) in sorted(found.items()):
             if topic in self._topics:
                 continue
             try:
@@ -132,10 +139,16 @@ class LogManager:
                     log.warning("ignoring stray partition dir %s", full)
                     continue
                 plog = PartitionLog.open(
-                    full, topic, partition, info.id, self.effective_config(topic),
+                    full,
+                    topic,
+                    partition,
+                    info.id,
+                    self.effective_config(topic),
                     log_start_offset=starts.get((topic, partition), 0),
                     recovery_point=recovery.get((topic, partition), 0),
-                    clean=clean_dirs[d], clock=self._clock)
+                    clean=clean_dirs[d],
+                    clock=self._clock,
+                )
                 self._register(plog, d)
         for topic, info in self._topics.items():  # partitions whose dirs are missing
             for partition in range(info.partitions):
@@ -150,9 +163,14 @@ class LogManager:
                 os.unlink(marker)
                 ckpt.fsync_dir(d)
         self._loaded = True
-        log.info("loaded %d partitions of %d topics from %s in %.3f s (%s shutdown)", len(self._logs),
-                 len(self._topics), self.log_dirs, time.monotonic() - started,
-                 "clean" if self.had_clean_shutdown else "unclean")
+        log.info(
+            "loaded %d partitions of %d topics from %s in %.3f s (%s shutdown)",
+            len(self._logs),
+            len(self._topics),
+            self.log_dirs,
+            time.monotonic() - started,
+            "clean" if self.had_clean_shutdown else "unclean",
+        )
 
     @staticmethod
     def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
@@ -174,17 +192,31 @@ class LogManager:
                 log.error("cannot parse %s: %s", path, exc)
                 continue
             if doc.get("version") != 1:
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{path}: unknown version {doc.get('version')}")
-            return {name: TopicInfo(ckpt.str_to_uuid(t["topic_id"]), int(t["partitions"]),
-                                    {k: str(v) for k, v in t.get("configs", {}).items()})
-                    for name, t in doc["topics"].items()}
+                raise KafkaError(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"{path}: unknown version {doc.get('version')}"
+                )
+            return {
+                name: TopicInfo(
+                    ckpt.str_to_uuid(t["topic_id"]),
+                    int(t["partitions"]),
+                    {k: str(v) for k, v in t.get("configs", {}).items()},
+                )
+                for name, t in doc["topics"].items()
+            }
         return {}
 
     def _write_topics_file(self) -> None:
-        doc = {"version": 1, "topics": {
-            name: {"topic_id": ckpt.uuid_to_str(info.id), "partitions": info.partitions,
-                   "configs": dict(sorted(info.configs.items()))}
-            for name, info in sorted(self._topics.items())}}
+        doc = {
+            "version": 1,
+            "topics": {
+                name: {
+                    "topic_id": ckpt.uuid_to_str(info.id),
+                    "partitions": info.partitions,
+                    "configs": dict(sorted(info.configs.items())),
+                }
+                for name, info in sorted(self._topics.items())
+            },
+        }
         text = json.dumps(doc, indent=1) + "\n"
         for d in self.log_dirs:
             ckpt.write_atomically(os.path.join(d, TOPICS_FILE), text)
@@ -211,7 +243,9 @@ class LogManager:
         try:
             return self._logs[(topic, partition)]
         except KeyError:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not here") from None
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not here"
+            ) from None
 
     def logs(self) -> Iterator[PartitionLog]:
         return iter(list(self._logs.values()))
@@ -226,8 +260,11 @@ class LogManager:
 
     # ---- topic changes ------------------------------------------------------------------------
     def _validated(self, configs: Mapping[str, Any] | None) -> dict[str, str]:
-        overrides = {k: str(v).lower() if isinstance(v, bool) else str(v)
-                     for k, v in (configs or {}).items() if v is not None}
+        overrides = {
+            k: str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in (configs or {}).items()
+            if v is not None
+        }
         try:
             effective = effective_topic_config(self.config, overrides)
         except (TypeError, ValueError) as exc:
@@ -238,8 +275,13 @@ class LogManager:
             raise KafkaError(ErrorCode.INVALID_CONFIG, "segment.index.bytes must be >= 8")
         return overrides
 
-    def create_topic(self, name: str, partitions: int, configs: Mapping[str, Any] | None = None,
-                     topic_id: bytes | None = None) -> TopicInfo:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: Mapping[str, Any] | None = None,
+        topic_id: bytes | None = None,
+    ) -> TopicInfo:
         if not _LEGAL_TOPIC.match(name) or name in (".", ".."):
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
         if name in self._topics:
@@ -257,8 +299,10 @@ class LogManager:
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
         info = self._topic(name)
         if new_total <= info.partitions:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
-                             f"topic {name!r} has {info.partitions} partitions; {new_total} would not add any")
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {name!r} has {info.partitions} partitions; {new_total} would not add any",
+            )
         old = info.partitions
         info = info._replace(partitions=new_total)
         self._topics[name] = info
@@ -301,8 +345,14 @@ class LogManager:
         for d in self._dir_of.values():
             counts[d] += 1
         d = min(self.log_dirs, key=lambda x: counts[x])
-        plog = PartitionLog.create(os.path.join(d, f"{topic}-{partition}"), topic, partition, info.id,
-                                   self.effective_config(topic), clock=self._clock)
+        plog = PartitionLog.create(
+            os.path.join(d, f"{topic}-{partition}"),
+            topic,
+            partition,
+            info.id,
+            self.effective_config(topic),
+            clock=self._clock,
+        )
         self._register(plog, d)
         return plog
 

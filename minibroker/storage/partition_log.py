@@ -19,7 +19,8 @@ import random
 import shutil
 import struct
 import time
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.file_region import FileRegion
@@ -52,9 +53,20 @@ class FetchSlice(NamedTuple):
 class PartitionLog:
     """Segmented append-only log of one partition. See the module docstring for ownership."""
 
-    def __init__(self, directory: str, topic: str, partition: int, topic_id: bytes,
-                 config: Mapping[str, Any], segments: list[LogSegment], *, log_start_offset: int,
-                 recovery_point: int, epoch_entries: list[tuple[int, int]], clock=time.time):
+    def __init__(
+        self,
+        directory: str,
+        topic: str,
+        partition: int,
+        topic_id: bytes,
+        config: Mapping[str, Any],
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        epoch_entries: list[tuple[int, int]],
+        clock=time.time,
+    ):
         self.directory = directory
         self._topic = topic
         self._partition = partition
@@ -77,22 +89,57 @@ class PartitionLog:
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
-    def create(cls, directory: str, topic: str, partition: int, topic_id: bytes,
-               config: Mapping[str, Any], *, clock=time.time) -> PartitionLog:
+    def create(
+        cls,
+        directory: str,
+        topic: str,
+        partition: int,
+        topic_id: bytes,
+        config: Mapping[str, Any],
+        *,
+        clock=time.time,
+    ) -> PartitionLog:
         """A new, empty partition directory (replacing any leftover one)."""
         if os.path.exists(directory):
             shutil.rmtree(directory)
         os.makedirs(directory)
-        checkpoints.write_partition_metadata(os.path.join(directory, checkpoints.PARTITION_METADATA), topic_id)
-        segment = LogSegment.create(directory, 0, index_max_bytes=int(config["segment.index.bytes"]),
-                                    index_interval_bytes=int(config["index.interval.bytes"]), clock=clock)
-        return cls(directory, topic, partition, topic_id, config, [segment], log_start_offset=0,
-                   recovery_point=0, epoch_entries=[], clock=clock)
+        checkpoints.write_partition_metadata(
+            os.path.join(directory, checkpoints.PARTITION_METADATA), topic_id
+        )
+        segment = LogSegment.create(
+            directory,
+            0,
+            index_max_bytes=int(config["segment.index.bytes"]),
+            index_interval_bytes=int(config["index.interval.bytes"]),
+            clock=clock,
+        )
+        return cls(
+            directory,
+            topic,
+            partition,
+            topic_id,
+            config,
+            [segment],
+            log_start_offset=0,
+            recovery_point=0,
+            epoch_entries=[],
+            clock=clock,
+        )
 
     @classmethod
-    def open(cls, directory: str, topic: str, partition: int, topic_id: bytes,
-             config: Mapping[str, Any], *, log_start_offset: int = 0, recovery_point: int = 0,
-             clean: bool = False, clock=time.time) -> PartitionLog:
+    def open(
+        cls,
+        directory: str,
+        topic: str,
+        partition: int,
+        topic_id: bytes,
+        config: Mapping[str, Any],
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        clean: bool = False,
+        clock=time.time,
+    ) -> PartitionLog:
         """Load an existing partition directory.
 
         ``clean``: the last shutdown left the clean marker, so segments are trusted after an
@@ -123,13 +170,23 @@ class PartitionLog:
         recovered = truncated_total = 0
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
-            segment = LogSegment(directory, base, index_max_bytes=index_bytes, index_interval_bytes=interval,
-                                 active=last, clock=clock)
+            segment = LogSegment(
+                directory,
+                base,
+                index_max_bytes=index_bytes,
+                index_interval_bytes=interval,
+                active=last,
+                clock=clock,
+            )
             if segments and base < segments[-1].next_offset:
-                log.error("%s: segment %d overlaps its predecessor (ends at %d); dropping it and later ones",
-                          name, base, segments[-1].next_offset)
+                log.error(
+                    "%s: segment %d overlaps its predecessor (ends at %d); dropping it and later ones",
+                    name,
+                    base,
+                    segments[-1].next_offset,
+                )
                 segment.delete()
-                _drop_segments(directory, bases[i + 1:], index_bytes, interval, clock)
+                _drop_segments(directory, bases[i + 1 :], index_bytes, interval, clock)
                 break
             needs_recovery = not clean and (last or bases[i + 1] > recovery_point)
             if needs_recovery or not segment.load_trusted():
@@ -137,10 +194,17 @@ class PartitionLog:
                 recovered += 1
                 if result.truncated_bytes:
                     truncated_total += result.truncated_bytes
-                    later = bases[i + 1:]
-                    log.warning("%s: segment %d: kept %d entries (%d bytes), truncated %d bytes (%s)%s",
-                                name, base, result.entries, result.valid_bytes, result.truncated_bytes,
-                                result.reason, f"; deleting {len(later)} later segments" if later else "")
+                    later = bases[i + 1 :]
+                    log.warning(
+                        "%s: segment %d: kept %d entries (%d bytes), truncated %d bytes (%s)%s",
+                        name,
+                        base,
+                        result.entries,
+                        result.valid_bytes,
+                        result.truncated_bytes,
+                        result.reason,
+                        f"; deleting {len(later)} later segments" if later else "",
+                    )
                     segment.flush()
                     if later:
                         _drop_segments(directory, later, index_bytes, interval, clock)
@@ -152,29 +216,54 @@ class PartitionLog:
         if segments and not segments[-1].active:
             segments[-1].make_active()
         if segments and log_start_offset > segments[-1].next_offset:
-            log.warning("%s: log start offset %d is past the end of the log (%d): starting empty there",
-                        name, log_start_offset, segments[-1].next_offset)
+            log.warning(
+                "%s: log start offset %d is past the end of the log (%d): starting empty there",
+                name,
+                log_start_offset,
+                segments[-1].next_offset,
+            )
             for segment in segments:
                 segment.delete()
             segments = []
         if not segments:
-            segments = [LogSegment.create(directory, max(log_start_offset, 0), index_max_bytes=index_bytes,
-                                          index_interval_bytes=interval, clock=clock)]
+            segments = [
+                LogSegment.create(
+                    directory,
+                    max(log_start_offset, 0),
+                    index_max_bytes=index_bytes,
+                    index_interval_bytes=interval,
+                    clock=clock,
+                )
+            ]
         if not clean and recovered:
             for segment in segments:
                 if not segment.flushed:
                     segment.flush()
-            log.info("%s: recovered %d segments, truncated %d bytes; log end offset %d",
-                     name, recovered, truncated_total, segments[-1].next_offset)
+            log.info(
+                "%s: recovered %d segments, truncated %d bytes; log end offset %d",
+                name,
+                recovered,
+                truncated_total,
+                segments[-1].next_offset,
+            )
         epoch_path = os.path.join(directory, checkpoints.LEADER_EPOCH_CHECKPOINT)
         try:
             epochs = checkpoints.read_epoch_checkpoint(epoch_path)
         except checkpoints.CheckpointError as exc:
             log.warning("%s: ignoring %s", name, exc)
             epochs = []
-        self = cls(directory, topic, partition, topic_id, config, segments, log_start_offset=log_start_offset,
-                   recovery_point=segments[-1].next_offset if not clean else recovery_point,
-                   epoch_entries=epochs, clock=clock)
+        self = cls(
+            directory,
+            topic,
+            partition,
+            topic_id,
+            config,
+            segments,
+            log_start_offset=log_start_offset,
+            recovery_point=segments[-1].next_offset if not clean else recovery_point,
+            epoch_entries=epochs,
+            clock=clock,
+        )
         if clean:
             self._recovery_point = self._leo
         self._fix_epoch_entries()
@@ -243,8 +332,10 @@ class PartitionLog:
             segment.index_interval_bytes = self._index_interval
 
     def __repr__(self) -> str:
-        return (f"PartitionLog({self._topic}-{self._partition}, start={self._log_start}, "
-                f"end={self._leo}, segments={len(self._segments)})")
+        return (
+            f"PartitionLog({self._topic}-{self._partition}, start={self._log_start}, "
+            f"end={self._leo}, segments={len(self._segments)})"
+        )
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -254,8 +345,16 @@ class PartitionLog:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self._topic}-{self._partition} is closed")
 
     # ---- append -------------------------------------------------------------------------------
-    def append(self, data, *, first_offset: int, last_offset: int, max_timestamp: int,
-               offset_of_max_timestamp: int, record_count: int) -> None:
+    def append(
+        self,
+        data,
+        *,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        record_count: int,
+    ) -> None:
         """Append entries whose offsets are already assigned, starting at the log end offset.
 
         Rolls first when the entries would overflow ``segment.bytes``, an index is full, the offset
@@ -270,8 +369,13 @@ class PartitionLog:
         if segment.size and self._should_roll(segment, len(data), last_offset, max_timestamp):
             segment = self.roll()
         try:
-            segment.append(data, first_offset=first_offset, last_offset=last_offset,
-                           max_timestamp=max_timestamp, offset_of_max_timestamp=offset_of_max_timestamp)
+            segment.append(
+                data,
+                first_offset=first_offset,
+                last_offset=last_offset,
+                max_timestamp=max_timestamp,
+                offset_of_max_timestamp=offset_of_max_timestamp,
+            )
         except OSError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"append to {segment.log_path}: {exc}") from exc
         self._leo = last_offset + 1
@@ -279,14 +383,19 @@ class PartitionLog:
             self._epoch_entries = [(0, first_offset)]
             self.write_leader_epoch_checkpoint()
         self._unflushed_messages += record_count if record_count > 0 else last_offset - first_offset + 1
-        if self._unflushed_messages >= self._flush_messages or \
-                (self._flush_ms < _NEVER and self._now_ms() - self._last_flush_ms >= self._flush_ms):
+        if self._unflushed_messages >= self._flush_messages or (
+            self._flush_ms < _NEVER and self._now_ms() - self._last_flush_ms >= self._flush_ms
+        ):
             self.flush()
         if self._listeners:
             self._notify()
 
     def _should_roll(self, segment: LogSegment, size: int, last_offset: int, max_timestamp: int) -> bool:
-        if segment.size + size > self._segment_bytes or segment.indexes_full or not segment.can_hold(last_offset):
+        if (
+            segment.size + size > self._segment_bytes
+            or segment.indexes_full
+            or not segment.can_hold(last_offset)
+        ):
             return True
         segment.read_first_batch_timestamp()
         first_ts = segment.first_batch_timestamp
@@ -303,8 +412,13 @@ class PartitionLog:
         if old.size == 0:
             return old
         old.seal()
-        new = LogSegment.create(self.directory, self._leo, index_max_bytes=self._index_bytes,
-                                index_interval_bytes=self._index_interval, clock=self._clock)
+        new = LogSegment.create(
+            self.directory,
+            self._leo,
+            index_max_bytes=self._index_bytes,
+            index_interval_bytes=self._index_interval,
+            clock=self._clock,
+        )
         if self._segment_jitter_ms > 0:
             self._roll_jitter[new.base_offset] = random.randrange(self._segment_jitter_ms)
         self._segments.append(new)
@@ -332,13 +446,16 @@ class PartitionLog:
 
     # ---- read ---------------------------------------------------------------------------------
     def _out_of_range(self, offset: int) -> KafkaError:
-        return KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                          f"offset {offset} is outside [{self._log_start}, {self._leo}] of "
-                          f"{self._topic}-{self._partition}",
-                          log_start_offset=self._log_start, log_end_offset=self._leo)
+        return KafkaError(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            f"offset {offset} is outside [{self._log_start}, {self._leo}] of {self._topic}-{self._partition}",
+            log_start_offset=self._log_start,
+            log_end_offset=self._leo,
+        )
 
-    def read(self, offset: int, max_bytes: int, *, min_one_entry: bool = True,
-             max_offset: int | None = None) -> FetchSlice:
+    def read(
+        self, offset: int, max_bytes: int, *, min_one_entry: bool = True, max_offset: int | None = None
+    ) -> FetchSlice:
         """Whole entries from the one holding ``offset``, at most ``max_bytes`` unless the first entry
         alone is larger and ``min_one_entry`` (KIP-74). Only entries whose last offset is below
         ``max_offset`` (exclusive bound, e.g. a last stable offset) are returned. Never crosses a
@@ -355,11 +472,13 @@ class PartitionLog:
         try:
             return self._read(offset, max_bytes, min_one_entry, limit_offset, empty)
         except (OSError, ValueError, struct.error) as exc:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"reading {self._topic}-{self._partition} at {offset}: {exc}") from exc
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"reading {self._topic}-{self._partition} at {offset}: {exc}"
+            ) from exc
 
-    def _read(self, offset: int, max_bytes: int, min_one_entry: bool, limit_offset: int,
-              empty: FetchSlice) -> FetchSlice:
+    def _read(
+        self, offset: int, max_bytes: int, min_one_entry: bool, limit_offset: int, empty: FetchSlice
+    ) -> FetchSlice:
         leo = self._leo
         i = bisect.bisect_right(self._bases, offset) - 1
         info = None
@@ -384,8 +503,9 @@ class PartitionLog:
             end = start + info.size
         else:
             end, _ = segment.end_position_within(start, min(start + max_bytes, max_position))
-        return FetchSlice(FileRegion(segment.file, start, end - start), info.base_offset, leo,
-                          self._log_start, leo)
+        return FetchSlice(
+            FileRegion(segment.file, start, end - start), info.base_offset, leo, self._log_start, leo
+        )
 
     def read_bytes(self, offset: int, max_bytes: int) -> bytes:
         """A copy of whole entries from ``offset`` (for internal readers such as the group
@@ -505,10 +625,16 @@ class PartitionLog:
             return
         for segment in doomed:
             segment.delete()
-        del self._segments[:len(doomed)]
-        del self._bases[:len(doomed)]
-        log.info("%s-%d: deleted %d segments (%s), bases %s", self._topic, self._partition, len(doomed),
-                 reason, [s.base_offset for s in doomed])
+        del self._segments[: len(doomed)]
+        del self._bases[: len(doomed)]
+        log.info(
+            "%s-%d: deleted %d segments (%s), bases %s",
+            self._topic,
+            self._partition,
+            len(doomed),
+            reason,
+            [s.base_offset for s in doomed],
+        )
         first = self._segments[0].base_offset
         if first > self._log_start:
             self._log_start = first
@@ -553,8 +679,15 @@ class PartitionLog:
         """Empty the log and restart it at ``start``."""
         for segment in self._segments:
             segment.delete()
-        self._segments = [LogSegment.create(self.directory, start, index_max_bytes=self._index_bytes,
-                                            index_interval_bytes=self._index_interval, clock=self._clock)]
+        self._segments = [
+            LogSegment.create(
+                self.directory,
+                start,
+                index_max_bytes=self._index_bytes,
+                index_interval_bytes=self._index_interval,
+                clock=self._clock,
+            )
+        ]
         self._bases = [start]
         self._log_start = start
         self._leo = start
@@ -562,8 +695,9 @@ class PartitionLog:
 
     # ---- checkpoints and lifecycle --------------------------------------------------------------
     def write_leader_epoch_checkpoint(self) -> None:
-        checkpoints.write_epoch_checkpoint(os.path.join(self.directory, checkpoints.LEADER_EPOCH_CHECKPOINT),
-                                           self._epoch_entries)
+        checkpoints.write_epoch_checkpoint(
+            os.path.join(self.directory, checkpoints.LEADER_EPOCH_CHECKPOINT), self._epoch_entries
+        )
 
     def close(self) -> None:
         """Flush, trim the active segment's indexes, release files. Regions in flight stay valid."""

@@ -20,7 +20,8 @@ import mmap
 import os
 import struct
 import time
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from minibroker.records.framing import (
     LOG_OVERHEAD,
@@ -86,21 +87,38 @@ class RecoveryResult(NamedTuple):
 class LogSegment:
     """A ``.log`` plus its offset and time indexes. See the module docstring for the contract."""
 
-    def __init__(self, directory: str, base_offset: int, *, index_max_bytes: int,
-                 index_interval_bytes: int, active: bool, clock=time.time):
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        *,
+        index_max_bytes: int,
+        index_interval_bytes: int,
+        active: bool,
+        clock=time.time,
+    ):
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log"))
         self.indexes_missing = not (
             os.path.exists(os.path.join(directory, segment_file_name(base_offset, ".index")))
-            and os.path.exists(os.path.join(directory, segment_file_name(base_offset, ".timeindex"))))
+            and os.path.exists(os.path.join(directory, segment_file_name(base_offset, ".timeindex")))
+        )
         self.file: SegmentFile | None = SegmentFile(self.log_path)
         self.size = os.fstat(self.file.fileno()).st_size
-        self.index = OffsetIndex(os.path.join(directory, segment_file_name(base_offset, ".index")),
-                                 base_offset, index_max_bytes, writable=active)
-        self.time_index = TimeIndex(os.path.join(directory, segment_file_name(base_offset, ".timeindex")),
-                                    base_offset, index_max_bytes, writable=active)
+        self.index = OffsetIndex(
+            os.path.join(directory, segment_file_name(base_offset, ".index")),
+            base_offset,
+            index_max_bytes,
+            writable=active,
+        )
+        self.time_index = TimeIndex(
+            os.path.join(directory, segment_file_name(base_offset, ".timeindex")),
+            base_offset,
+            index_max_bytes,
+            writable=active,
+        )
         self._index_max_bytes = index_max_bytes
         self.next_offset = base_offset  # last offset + 1
         self.max_timestamp = -1
@@ -113,14 +131,27 @@ class LogSegment:
 
     # ---- opening ------------------------------------------------------------------------------
     @classmethod
-    def create(cls, directory: str, base_offset: int, *, index_max_bytes: int,
-               index_interval_bytes: int, clock=time.time) -> LogSegment:
+    def create(
+        cls,
+        directory: str,
+        base_offset: int,
+        *,
+        index_max_bytes: int,
+        index_interval_bytes: int,
+        clock=time.time,
+    ) -> LogSegment:
         for suffix in (".log", ".index", ".timeindex"):
             path = os.path.join(directory, segment_file_name(base_offset, suffix))
             if os.path.exists(path):
                 os.unlink(path)
-        return cls(directory, base_offset, index_max_bytes=index_max_bytes,
-                   index_interval_bytes=index_interval_bytes, active=True, clock=clock)
+        return cls(
+            directory,
+            base_offset,
+            index_max_bytes=index_max_bytes,
+            index_interval_bytes=index_interval_bytes,
+            active=True,
+            clock=clock,
+        )
 
     def load_trusted(self) -> bool:
         """Open without re-reading the log: sanity-check the indexes (rebuilding a bad one) and find
@@ -171,8 +202,13 @@ class LogSegment:
                 raise CorruptIndexError(f"{self.index.path}: entry {slot} does not increase")
             header = os.pread(fd, _MAX_ENTRY_HEADER, position)
             size = entry_size_at(header, 0)
-            if size is None or size < _MIN_ENTRY or len(header) < min(size, _MAX_ENTRY_HEADER) \
-                    or header[16] > 2 or read_entry(header, 0).last_offset != offset:
+            if (
+                size is None
+                or size < _MIN_ENTRY
+                or len(header) < min(size, _MAX_ENTRY_HEADER)
+                or header[16] > 2
+                or read_entry(header, 0).last_offset != offset
+            ):
                 raise CorruptIndexError(f"{self.index.path}: entry {slot} does not point at offset {offset}")
             previous = (offset, position)
 
@@ -198,8 +234,9 @@ class LogSegment:
                     if check_crc and not entry_crc_valid(mm, position, info.size):
                         reason = f"CRC mismatch in entry at offset {info.base_offset}"
                         break
-                    self._index_entry(info.position, info.size, info.last_offset, info.max_timestamp,
-                                      info.last_offset)
+                    self._index_entry(
+                        info.position, info.size, info.last_offset, info.max_timestamp, info.last_offset
+                    )
                     prev_last = info.last_offset
                     position += info.size
                     entries += 1
@@ -216,8 +253,9 @@ class LogSegment:
         return RecoveryResult(position, truncated, entries, reason)
 
     # ---- appending ----------------------------------------------------------------------------
-    def append(self, data, *, first_offset: int, last_offset: int, max_timestamp: int,
-               offset_of_max_timestamp: int) -> None:
+    def append(
+        self, data, *, first_offset: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int
+    ) -> None:
         """Write entries whose offsets are assigned (first_offset >= next_offset) and index them."""
         position = self.size
         n = len(data)
@@ -233,16 +271,24 @@ class LogSegment:
             self._index_entry(position, n, last_offset, max_timestamp, offset_of_max_timestamp)
         else:
             for info in scan_entries(data):
-                precise = info.max_timestamp == max_timestamp and \
-                    info.base_offset <= offset_of_max_timestamp <= info.last_offset
-                self._index_entry(position + info.position, info.size, info.last_offset,
-                                  info.max_timestamp, offset_of_max_timestamp if precise else info.last_offset)
+                precise = (
+                    info.max_timestamp == max_timestamp
+                    and info.base_offset <= offset_of_max_timestamp <= info.last_offset
+                )
+                self._index_entry(
+                    position + info.position,
+                    info.size,
+                    info.last_offset,
+                    info.max_timestamp,
+                    offset_of_max_timestamp if precise else info.last_offset,
+                )
         self.size = position + n
         self.next_offset = last_offset + 1
         self.flushed = False
 
-    def _index_entry(self, position: int, size: int, last_offset: int, max_timestamp: int,
-                     offset_of_max_timestamp: int) -> None:
+    def _index_entry(
+        self, position: int, size: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int
+    ) -> None:
         if max_timestamp > self.max_timestamp:
             self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
@@ -438,8 +484,9 @@ class LogSegment:
         return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
 
 
-def _entry_problem(buf, position: int, end: int, prev_last: int,
-                   base_offset: int) -> tuple[str | None, EntryInfo | None]:
+def _entry_problem(
+    buf, position: int, end: int, prev_last: int, base_offset: int
+) -> tuple[str | None, EntryInfo | None]:
     """Why the entry at ``position`` cannot be trusted (None if it can), and its header."""
     remaining = end - position
     if remaining < LOG_OVERHEAD:
@@ -454,8 +501,9 @@ def _entry_problem(buf, position: int, end: int, prev_last: int,
         return f"invalid magic {magic} / size {size} at position {position}", None
     info = read_entry(buf, position)
     if info.base_offset <= prev_last or info.last_offset < info.base_offset:
-        return (f"offsets {info.base_offset}..{info.last_offset} do not follow {prev_last} "
-                f"at position {position}"), None
+        return (
+            f"offsets {info.base_offset}..{info.last_offset} do not follow {prev_last} at position {position}"
+        ), None
     if info.last_offset - base_offset > _INT32_MAX:
         return f"offset {info.last_offset} too far from the segment base {base_offset}", None
     return None, info

@@ -8,7 +8,8 @@ broker-level synonym (``log.segment.bytes`` ...), Kafka's default. Values may ar
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from minibroker.config import BROKER_CONFIGS, TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS
 from minibroker.config import effective_topic_config as _broker_effective_topic_config

@@ -26,7 +26,12 @@ def entries_of(region_bytes: bytes):
 
 
 def test_empty_log(plog):
-    assert (plog.log_start_offset, plog.log_end_offset, plog.high_watermark, plog.leader_epoch) == (0, 0, 0, 0)
+    assert (plog.log_start_offset, plog.log_end_offset, plog.high_watermark, plog.leader_epoch) == (
+        0,
+        0,
+        0,
+        0,
+    )
     s = plog.read(0, 1000)
     assert s.region is None and s.high_watermark == 0
     with pytest.raises(KafkaError) as exc:
@@ -86,13 +91,24 @@ def test_file_region_is_the_segment_file(plog):
 
 def test_append_asserts_log_end_offset(plog):
     with pytest.raises(AssertionError):
-        plog.append(v2_batch(5, [1]), first_offset=5, last_offset=5, max_timestamp=1,
-                    offset_of_max_timestamp=5, record_count=1)
+        plog.append(
+            v2_batch(5, [1]),
+            first_offset=5,
+            last_offset=5,
+            max_timestamp=1,
+            offset_of_max_timestamp=5,
+            record_count=1,
+        )
 
 
 def test_roll_on_index_full_and_time(tmp_path, topic_id):
-    log = PartitionLog.create(str(tmp_path / "t-0"), "t", 0, topic_id,
-                              config(segment_bytes=10**6, index_interval_bytes=0, segment_index_bytes=80))
+    log = PartitionLog.create(
+        str(tmp_path / "t-0"),
+        "t",
+        0,
+        topic_id,
+        config(segment_bytes=10**6, index_interval_bytes=0, segment_index_bytes=80),
+    )
     for i in range(30):
         append_v2(log, [i])
     assert len(log.segments) >= 3  # 10 index entries per segment
@@ -177,19 +193,25 @@ def test_truncate_to(plog):
 
 
 def test_many_small_legacy_entries_every_offset(tmp_path, topic_id):
-    log = PartitionLog.create(str(tmp_path / "t-0"), "t", 0, topic_id,
-                              config(segment_bytes=3000, index_interval_bytes=100))
+    log = PartitionLog.create(
+        str(tmp_path / "t-0"), "t", 0, topic_id, config(segment_bytes=3000, index_interval_bytes=100)
+    )
     for i in range(60):
         magic = i % 2
-        append(log, client_batch(log.log_end_offset, [1000 + i, 1001 + i, 1002 + i], magic=magic,
-                                 value=b"v" * (i % 7)))
+        append(
+            log,
+            client_batch(
+                log.log_end_offset, [1000 + i, 1001 + i, 1002 + i], magic=magic, value=b"v" * (i % 7)
+            ),
+        )
     append(log, v2_batch(log.log_end_offset, [5000]))
     for offset in range(log.log_end_offset):
         (entry,) = entries_of(log.read(offset, 1).region.read())
         assert entry.base_offset <= offset <= entry.last_offset
         assert len(entries_of(log.read(offset, 700).region.read())) >= 1
     log.close()
-    reopened = PartitionLog.open(str(tmp_path / "t-0"), "t", 0, topic_id,
-                                 config(segment_bytes=3000, index_interval_bytes=100))
+    reopened = PartitionLog.open(
+        str(tmp_path / "t-0"), "t", 0, topic_id, config(segment_bytes=3000, index_interval_bytes=100)
+    )
     assert reopened.log_end_offset == 181
     reopened.close()

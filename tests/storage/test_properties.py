@@ -18,8 +18,9 @@ TOPIC_ID = bytes(range(16))
 
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("append"), st.lists(st.integers(0, 10_000), min_size=1, max_size=6),
-                  st.integers(1, 300)),
+        st.tuples(
+            st.just("append"), st.lists(st.integers(0, 10_000), min_size=1, max_size=6), st.integers(1, 300)
+        ),
         st.tuples(st.just("roll")),
         st.tuples(st.just("reopen"), st.booleans()),
         st.tuples(st.just("truncate"), st.floats(0, 1)),
@@ -54,8 +55,12 @@ def check(log: PartitionLog, model: Model) -> None:
             s = log.read(offset, 1)
             (entry,) = list(scan_entries(s.region.read()))
             assert (entry.base_offset, entry.last_offset) == (first, last), offset
-    records = [(first + k, ts) for first, _, tss in model.entries for k, ts in enumerate(tss)
-               if first + k >= model.start]
+    records = [
+        (first + k, ts)
+        for first, _, tss in model.entries
+        for k, ts in enumerate(tss)
+        if first + k >= model.start
+    ]
     for target in (-1, 0, 2500, 5000, 7777, 10_000, 10_001):
         expected = next(((o, ts) for o, ts in records if ts >= target), None)
         assert log.offset_for_timestamp(target) == expected, target
@@ -67,7 +72,9 @@ def check(log: PartitionLog, model: Model) -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops, index_interval=st.sampled_from([0, 64, 4096]), segment_bytes=st.sampled_from([300, 2000, 10**6]))
+@given(
+    ops=ops, index_interval=st.sampled_from([0, 64, 4096]), segment_bytes=st.sampled_from([300, 2000, 10**6])
+)
 def test_random_operations(ops, index_interval, segment_bytes):
     cfg = config(segment_bytes=segment_bytes, index_interval_bytes=index_interval, segment_index_bytes=120)
     with tempfile.TemporaryDirectory() as d:
@@ -90,8 +97,16 @@ def test_random_operations(ops, index_interval, segment_bytes):
                     recovery_point = 0
                 start = log.log_start_offset
                 del log
-                log = PartitionLog.open(path, "t", 0, TOPIC_ID, cfg, log_start_offset=start,
-                                        recovery_point=recovery_point, clean=clean)
+                log = PartitionLog.open(
+                    path,
+                    "t",
+                    0,
+                    TOPIC_ID,
+                    cfg,
+                    log_start_offset=start,
+                    recovery_point=recovery_point,
+                    clean=clean,
+                )
             elif op[0] == "truncate":
                 offset = model.start + int(op[1] * (model.leo - model.start + 1))
                 log.truncate_to(offset)
@@ -105,8 +120,10 @@ def test_random_operations(ops, index_interval, segment_bytes):
 
 
 @settings(max_examples=100, deadline=None)
-@given(gaps=st.lists(st.tuples(st.integers(1, 50), st.integers(1, 60)), min_size=0, max_size=200),
-       probes=st.lists(st.integers(-10, 20_000), max_size=50))
+@given(
+    gaps=st.lists(st.tuples(st.integers(1, 50), st.integers(1, 60)), min_size=0, max_size=200),
+    probes=st.lists(st.integers(-10, 20_000), max_size=50),
+)
 def test_index_lookups_match_a_sorted_list(gaps, probes):
     with tempfile.TemporaryDirectory() as d:
         index = OffsetIndex(d + "/0.index", 1000, 8 * len(gaps) + 8, writable=True)
