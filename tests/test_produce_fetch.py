@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import subprocess
+import sys
 import time
 
 import pytest
@@ -700,3 +701,28 @@ def test_large_fetch_under_uvloop_in_a_subprocess(minibroker_factory, kcat):
         timeout=60,
     )
     assert out.stdout.split() == [str(i) for i in range(200)]
+
+
+def test_dump_log_shows_the_offsets_the_broker_assigned(minibroker_factory):
+    """What the teaching tools show: batches written by a real client, offsets given by the broker."""
+    from kafka import KafkaProducer
+
+    broker = minibroker_factory()
+    broker.create_topic("teach")
+    for api_version, compression in (((0, 10, 0), "gzip"), (None, None)):
+        kw = {"api_version": api_version} if api_version else {}
+        p = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, compression_type=compression, linger_ms=20,
+                          **kw)
+        for i in range(3):
+            p.send("teach", b"v%d" % i, partition=0)
+        p.flush()
+        p.close()
+    log = f"{broker.data_dir}/teach-0/00000000000000000000.log"
+    out = subprocess.run([sys.executable, "-m", "minibroker", "dump-log", log], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0, out.stderr
+    batches = [line for line in out.stdout.splitlines() if line.startswith("baseOffset")]
+    # the 0.10-style gzip wrapper (magic 1) was up-converted to the topic's magic 2, codec kept
+    assert "baseOffset: 0 lastOffset: 2 count: 3" in batches[0]
+    assert "magic: 2" in batches[0] and "compresscodec: gzip" in batches[0]
+    assert "baseOffset: 3 lastOffset: 5" in batches[1] and "magic: 2" in batches[1]
