@@ -63,8 +63,8 @@ class Broker:
         for d in log_dirs:
             os.makedirs(d, exist_ok=True)
         self.logs = LogManager(log_dirs, self.config, self.node_id)
-        with StartupProgress("loading logs", log):  # a line every 5 s while recovery blocks the loop
-            self.logs.load()
+        with StartupProgress("loading logs", log) as progress:  # a line every 5 s while recovery is slow
+            self.logs.load(progress=progress.update)
         self._start_services()
         max_request = self.config["socket.request.max.bytes"]
         loop = asyncio.get_running_loop()

@@ -66,9 +66,13 @@ class LogManager:
         self.had_clean_shutdown = False
 
     # ---- loading ------------------------------------------------------------------------------
-    def load(self) -> None:
+    def load(self, progress=None) -> None:
         """Open every log dir: identity files, topics, partition logs (recovering after an unclean
-        shutdown), then remove the clean-shutdown markers so a crash from now on is unclean."""
+        shutdown), then remove the clean-shutdown markers so a crash from now on is unclean.
+
+        ``progress(done, total, "topic-partition")``, if given, is called after each partition is
+        opened, from this thread; it must be cheap and must not raise (the broker's startup progress
+        line uses it while recovery of many segments runs)."""
         started = time.monotonic()
         cluster_ids = set()
         for d in self.log_dirs:
@@ -128,6 +132,7 @@ class LogManager:
             self._topics[topic] = TopicInfo(topic_id or ckpt.random_uuid(), parts, {})
             log.warning("adopted topic %s (%d partitions) from its directories", topic, parts)
 
+        opened, total = 0, len(found)
         for d in self.log_dirs:
             recovery = self._read_checkpoint(os.path.join(d, ckpt.RECOVERY_POINT_CHECKPOINT))
             starts = self._read_checkpoint(os.path.join(d, ckpt.LOG_START_OFFSET_CHECKPOINT))
@@ -150,6 +155,9 @@ class LogManager:
                     clock=self._clock,
                 )
                 self._register(plog, d)
+                opened += 1
+                if progress is not None:  # e.g. the broker's startup progress line
+                    progress(opened, total, f"{topic}-{partition}")
         for topic, info in self._topics.items():  # partitions whose dirs are missing
             for partition in range(info.partitions):
                 if (topic, partition) not in self._logs:

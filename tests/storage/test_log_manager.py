@@ -154,3 +154,18 @@ def test_several_log_dirs(tmp_path):
     m.load()
     assert m.had_clean_shutdown and m.topics["spread"].partitions == 4
     m.close()
+
+
+def test_load_reports_progress_per_partition(tmp_path):
+    from minibroker.storage import LogManager
+
+    lm = LogManager([str(tmp_path)], {}, 1)
+    lm.load()
+    lm.create_topic("p", 3, {})
+    lm.close()
+    seen = []
+    lm = LogManager([str(tmp_path)], {}, 1)
+    lm.load(progress=lambda done, total, detail: seen.append((done, total, detail)))
+    lm.close()
+    assert [(d, t) for d, t, _ in seen] == [(1, 3), (2, 3), (3, 3)]
+    assert sorted(detail for _, _, detail in seen) == ["p-0", "p-1", "p-2"]
