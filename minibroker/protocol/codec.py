@@ -549,6 +549,8 @@ def _struct_writer(fields: tuple[F, ...], version: int, flexible: bool) -> Write
             plan.append((f.name, f, _field_writer(f, version, flexible), None))
     close_run()
     tagged.sort(key=lambda t: t[0])
+    # defaults computed once: a field equal to its default is not sent (lists compare by value)
+    tagged = [(tag, name, default_value(f, version), writer) for tag, name, f, writer in tagged]
 
     def write(w: Writer, obj):
         values = obj if isinstance(obj, dict) else obj.__dict__
@@ -560,10 +562,13 @@ def _struct_writer(fields: tuple[F, ...], version: int, flexible: bool) -> Write
             v = get(name, _MISSING)
             writer(w, default_value(f, version) if v is _MISSING else v)
         if flexible:
+            if not tagged:
+                w.buf.append(0)  # an empty tag buffer: the common case, no work
+                return
             present = []
-            for tag, name, f, writer in tagged:
+            for tag, name, default, writer in tagged:
                 v = get(name, _MISSING)
-                if v is _MISSING or v is None or v == default_value(f, version):
+                if v is _MISSING or v is None or v == default:
                     continue
                 sub = Writer()
                 writer(sub, v)
@@ -641,9 +646,13 @@ class RequestHeader(SimpleNamespace):
     client_id: str | None
 
 
+_REQUEST_FLEXIBLE = {key: MESSAGES.flexible_versions(name) for key, name in _REQUEST_NAMES.items()}
+_RESPONSE_FLEXIBLE = {key: MESSAGES.flexible_versions(name) for key, name in _RESPONSE_NAMES.items()}
+_CORRELATION = struct.Struct(">ii")  # size placeholder, correlation id
+
+
 def request_header_version(api_key: int, api_version: int) -> int:
-    message = REQUESTS.get(api_key)
-    if message is not None and is_flexible(message, api_version):
+    if in_range(api_version, _REQUEST_FLEXIBLE.get(api_key)):
         return 2
     if api_key == 7 and api_version == 0:  # ControlledShutdown v0 predates client ids
         return 0
@@ -653,8 +662,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
 def response_header_version(api_key: int, api_version: int) -> int:
     if api_key == 18:  # ApiVersions answers with header v0 always, so clients can read errors
         return 0
-    message = RESPONSES.get(api_key)
-    return 1 if message is not None and is_flexible(message, api_version) else 0
+    return 1 if in_range(api_version, _RESPONSE_FLEXIBLE.get(api_key)) else 0
 
 
 def decode_request_header(buf) -> tuple[RequestHeader, int]:
@@ -694,12 +702,14 @@ def encode_response(
 ) -> list[bytes | FileRegion]:
     """A whole size-prefixed response frame as parts; file regions stay separate for sendfile."""
     w = Writer()
-    w.buf += b"\x00\x00\x00\x00"  # size, patched below
-    encode_into(
-        w, "ResponseHeader", response_header_version(api_key, api_version), {"correlation_id": correlation_id}
-    )
-    encode_into(w, RESPONSES[api_key].name, api_version, body)
+    w.buf += _CORRELATION.pack(0, correlation_id)  # size patched below; header v0 is the correlation id
+    if response_header_version(api_key, api_version):
+        w.buf.append(0)  # header v1: an empty tag buffer
+    encode_into(w, _RESPONSE_NAMES[api_key], api_version, body)
     total = len(w) - 4
+    if not w.parts:  # one part: patch the size in place
+        _I32.pack_into(w.buf, 0, total)
+        return w.finish()
     parts = w.finish()
     first = bytearray(parts[0])
     _I32.pack_into(first, 0, total)

@@ -62,6 +62,10 @@ class MessageTable(Mapping):
     def __len__(self) -> int:
         return len(self._raw)
 
+    def flexible_versions(self, name: str) -> tuple[int, int] | None:
+        """The message's flexible version range, without building its declaration."""
+        return self._raw[name][3]
+
     def kinds(self) -> Iterator[tuple[str, str, int]]:
         """(name, kind, api_key) of every message, without building declarations."""
         for name, raw in self._raw.items():
