@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from dataclasses import dataclass, field
 
 from minibroker.coordinator.classic_group import ClassicGroup, GroupState, Member, now_ms
@@ -38,6 +37,7 @@ from minibroker.coordinator.group_records import (
 )
 from minibroker.coordinator.offsets_store import OffsetsTopic
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.uuids import uuid4_text
 
 log = logging.getLogger("minibroker.groups")
 
@@ -266,7 +266,7 @@ class GroupCoordinator:
 
     def _join_unknown_member(self, group, instance_id, spec, require_known_member_id, supports_skip):
         client_id = spec[0]
-        new_id = f"{instance_id if instance_id is not None else client_id}-{uuid.uuid4()}"
+        new_id = f"{instance_id if instance_id is not None else client_id}-{uuid4_text()}"
         if instance_id is not None:
             old_id = group.static_member_id(instance_id)
             if old_id is not None:

@@ -17,14 +17,13 @@ Gaps: no CreateTopicPolicy (POLICY_VIOLATION 44 is never returned), no quotas (8
 
 from __future__ import annotations
 
-import uuid
-
 from minibroker.config import describe_topic_configs
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.topic_admin import check_new_topic, topic_id_of
+from minibroker.uuids import uuid4_bytes
 
 
 def _error(name: str, code: int, message: str | None) -> Struct:
@@ -56,7 +55,7 @@ def handle_create_topics(broker, header, request):
             new = check_new_topic(broker, t.name, t.num_partitions, t.replication_factor, configs,
                                   t.assignments)
             if validate_only:
-                topic_id = uuid.uuid4().bytes
+                topic_id = uuid4_bytes()
             else:
                 topic_id = topic_id_of(broker.logs.create_topic(new.name, new.partitions, new.configs))
         except KafkaError as e:

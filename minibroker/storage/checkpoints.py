@@ -15,7 +15,8 @@ from __future__ import annotations
 import base64
 import os
 import time
-import uuid
+
+from minibroker.uuids import uuid4_bytes
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE", "LOG_START_OFFSET_CHECKPOINT", "RECOVERY_POINT_CHECKPOINT",
@@ -53,7 +54,7 @@ def random_uuid() -> bytes:
     """A random (v4) uuid as Kafka's Uuid.randomUuid makes it: never all zeros, never printed with a
     leading '-' (it would read as a command-line option)."""
     while True:
-        raw = uuid.uuid4().bytes
+        raw = uuid4_bytes()
         if raw != bytes(16) and not uuid_to_str(raw).startswith("-"):
             return raw
 
