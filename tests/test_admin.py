@@ -486,6 +486,19 @@ def test_broker_dynamic_configs_apply_to_topics(minibroker_factory):
         assert producer.send("overrides", b"x" * 1000).get(10).offset == 0
     finally:
         producer.close(5)
+    # both dynamic layers survive a restart, as Kafka keeps them in its metadata
+    broker.restart()
+    with WireClient(broker.host, broker.port) as wire:
+        retention = {c.name: c for c in _topic_configs(wire, "follows").configs}["retention.ms"]
+        assert (retention.value, retention.config_source) == ("123456", 3)
+        size = {c.name: c for c in _topic_configs(wire, "follows").configs}["max.message.bytes"]
+        assert (size.value, size.config_source) == ("300", 2)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, retries=0)
+    try:  # and the live log applies it
+        with pytest.raises(MessageSizeTooLargeError):
+            producer.send("follows", b"x" * 1000).get(10)
+    finally:
+        producer.close(5)
 
 
 def test_topic_configs_survive_restart(minibroker_factory):

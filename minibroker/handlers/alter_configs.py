@@ -51,6 +51,7 @@ def set_broker_layer(broker, per_broker: bool, new: dict[str, str], validate_onl
             cfg.set_dynamic(key, None, cluster_default=not per_broker)
     for key, value in new.items():
         cfg.set_dynamic(key, value, cluster_default=not per_broker)
+    broker.save_dynamic_configs()
     refresh_topic_configs(broker)
 
 

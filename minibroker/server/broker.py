@@ -62,6 +62,7 @@ class Broker:
         log_dirs = [self.config.data_dir]
         for d in log_dirs:
             os.makedirs(d, exist_ok=True)
+        self.load_dynamic_configs()  # before the logs, whose topic configs inherit from them
         self.logs = LogManager(log_dirs, self.config, self.node_id)
         with StartupProgress("loading logs", log) as progress:  # a line every 5 s while recovery is slow
             self.logs.load(progress=progress.update)
@@ -84,6 +85,39 @@ class Broker:
                  ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in self.bound),
                  ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in self.advertised),
                  ", ".join(log_dirs), (time.perf_counter() - t0) * 1000)
+
+    # Dynamic broker configs (AlterConfigs on the broker resource) survive restarts, as Kafka keeps
+    # them in its metadata: here a JSON file at the log dir root, rewritten on every change.
+    DYNAMIC_CONFIGS_FILE = "minibroker-dynamic-configs.json"
+
+    def load_dynamic_configs(self) -> None:
+        import json
+
+        path = os.path.join(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            log.warning("ignoring unreadable %s: %s", path, e)
+            return
+        for layer, cluster_default in (("broker", False), ("cluster_default", True)):
+            for key, value in saved.get(layer, {}).items():
+                try:
+                    self.config.set_dynamic(key, value, cluster_default=cluster_default)
+                except Exception as e:  # a key this version no longer accepts: keep starting
+                    log.warning("ignoring saved dynamic config %s=%s: %s", key, value, e)
+
+    def save_dynamic_configs(self) -> None:
+        import json
+
+        from minibroker.storage.checkpoints import write_atomically
+
+        saved = {"broker": self.config.dynamic_values(), "cluster_default": self.config.dynamic_values(
+            cluster_default=True)}
+        write_atomically(os.path.join(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE),
+                         json.dumps(saved, indent=1, sort_keys=True) + "\n")
 
     def validate_topic_configs(self, configs: dict) -> dict:
         from minibroker.config import validate_topic_configs
