@@ -711,15 +711,17 @@ def test_dump_log_shows_the_offsets_the_broker_assigned(minibroker_factory):
     broker.create_topic("teach")
     for api_version, compression in (((0, 10, 0), "gzip"), (None, None)):
         kw = {"api_version": api_version} if api_version else {}
-        p = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, compression_type=compression, linger_ms=20,
-                          **kw)
+        p = KafkaProducer(
+            bootstrap_servers=broker.bootstrap_servers, compression_type=compression, linger_ms=20, **kw
+        )
         for i in range(3):
             p.send("teach", b"v%d" % i, partition=0)
         p.flush()
         p.close()
     log = f"{broker.data_dir}/teach-0/00000000000000000000.log"
-    out = subprocess.run([sys.executable, "-m", "minibroker", "dump-log", log], capture_output=True, text=True,
-                         timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "minibroker", "dump-log", log], capture_output=True, text=True, timeout=30
+    )
     assert out.returncode == 0, out.stderr
     batches = [line for line in out.stdout.splitlines() if line.startswith("baseOffset")]
     # the 0.10-style gzip wrapper (magic 1) was up-converted to the topic's magic 2, codec kept
