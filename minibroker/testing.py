@@ -206,40 +206,21 @@ class BrokerRunner:
 
     # -- conveniences over the wire -------------------------------------------------------------
 
-    def _client(self):
-        from minibroker.tools.wire import WireClient
-
-        return WireClient(self.host, self.port, client_id="minibroker-testing")
-
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
-        with self._client() as c:
-            r = c.request(
-                19,
-                4,
-                {
-                    "topics": [
-                        {
-                            "name": name,
-                            "num_partitions": partitions,
-                            "replication_factor": 1,
-                            "assignments": [],
-                            "configs": [{"name": k, "value": str(v)} for k, v in (config or {}).items()],
-                        }
-                    ],
-                    "timeout_ms": 10000,
-                    "validate_only": False,
-                },
-            )
-        err = r.topics[0].error_code
-        if err:
-            raise RuntimeError(f"create_topic({name!r}) failed: error {err} {r.topics[0].error_message}")
+        from minibroker.tools.topics import TopicAdmin, error_text
+
+        with TopicAdmin(self.bootstrap_servers) as admin:
+            code, message = admin.create(name, partitions, 1, {k: str(v) for k, v in (config or {}).items()})
+        if code:
+            raise RuntimeError(f"create_topic({name!r}) failed: {error_text(code, message)}")
 
     def delete_topic(self, name: str) -> None:
-        with self._client() as c:
-            r = c.request(20, 4, {"topic_names": [name], "timeout_ms": 10000})
-        err = r.responses[0].error_code
-        if err:
-            raise RuntimeError(f"delete_topic({name!r}) failed: error {err}")
+        from minibroker.tools.topics import TopicAdmin, error_text
+
+        with TopicAdmin(self.bootstrap_servers) as admin:
+            code, message = admin.delete(name)
+        if code:
+            raise RuntimeError(f"delete_topic({name!r}) failed: {error_text(code, message)}")
 
     def produce(
         self,

@@ -141,28 +141,12 @@ class BrokerProcess:
 
 
 def create_topic(port: int, name: str, partitions: int = 1, config: dict | None = None) -> None:
-    from minibroker.tools.wire import WireClient
+    from minibroker.tools.topics import TopicAdmin
 
-    with WireClient("127.0.0.1", port) as c:
-        r = c.request(
-            19,
-            4,
-            {
-                "topics": [
-                    {
-                        "name": name,
-                        "num_partitions": partitions,
-                        "replication_factor": 1,
-                        "assignments": [],
-                        "configs": [{"name": k, "value": v} for k, v in (config or {}).items()],
-                    }
-                ],
-                "timeout_ms": 10000,
-                "validate_only": False,
-            },
-        )
-        if r.topics[0].error_code not in (0, 36):
-            raise RuntimeError(f"create {name}: {r.topics[0].error_code}")
+    with TopicAdmin(f"127.0.0.1:{port}") as admin:
+        code, _ = admin.create(name, partitions, 1, config or {})
+    if code not in (0, 36):  # 36: exists already
+        raise RuntimeError(f"create {name}: error {code}")
 
 
 # ------------------------------------------------------------------------------------------------
