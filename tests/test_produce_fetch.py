@@ -49,6 +49,32 @@ def produce_raw(broker, topic, records: bytes, version=9, partition=0, acks=-1):
         return r.responses[0].partition_responses[0]
 
 
+def fetch_body(
+    topic, offsets, *, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, session_id=0, session_epoch=-1
+):
+    """A Fetch request body (any version) for one topic: ``offsets`` maps partition -> fetch offset."""
+    return {
+        "replica_id": -1,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": 0,
+        "session_id": session_id,
+        "session_epoch": session_epoch,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": p, "fetch_offset": o, "partition_max_bytes": max_bytes}
+                    for p, o in offsets.items()
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
 def end_offset(broker, topic, partition=0):
     with WireClient("127.0.0.1", broker.port) as c:
         r = c.request(
@@ -178,25 +204,7 @@ def test_confluent_idempotent_producer_with_each_codec(minibroker, topic_name, c
     assert got[5].headers() == [("n", b"5")]
     # the stored batches keep the producer's codec (compression.type=producer)
     with WireClient("127.0.0.1", minibroker.port) as c:
-        r = c.request(
-            1,
-            12,
-            {
-                "replica_id": -1,
-                "max_wait_ms": 0,
-                "min_bytes": 0,
-                "max_bytes": 1 << 20,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": topic_name,
-                        "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
-                    }
-                ],
-            },
-        )
+        r = c.request(1, 12, fetch_body(topic_name, {0: 0}))
     data = bytes(r.responses[0].partitions[0].records)
     codecs, pos = set(), 0
     while pos + 61 <= len(data):
@@ -357,30 +365,7 @@ def test_fetch_returns_exactly_the_requested_partitions(minibroker, topic_name):
     minibroker.create_topic(topic_name, partitions=3)
     minibroker.produce(topic_name, [b"a", b"b"], partition=1)
     with WireClient("127.0.0.1", minibroker.port) as c:
-        r = c.request(
-            1,
-            11,
-            {
-                "replica_id": -1,
-                "max_wait_ms": 10,
-                "min_bytes": 1,
-                "max_bytes": 1 << 20,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": topic_name,
-                        "partitions": [
-                            {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-                            for p in (2, 0, 1)
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
-        )
+        r = c.request(1, 11, fetch_body(topic_name, {2: 0, 0: 0, 1: 0}, max_wait_ms=10, min_bytes=1))
     parts = r.responses[0].partitions
     assert [p.partition_index for p in parts] == [2, 0, 1]
     assert [bytes(p.records) == b"" for p in parts] == [True, True, False]
@@ -396,23 +381,7 @@ def test_fetch_long_poll_is_woken_by_an_append(minibroker, topic_name):
     threading.Timer(0.3, lambda: minibroker.produce(topic_name, [b"late"])).start()
     t0 = time.monotonic()
     with WireClient("127.0.0.1", minibroker.port, timeout=20) as c:
-        r = c.request(
-            1,
-            4,
-            {
-                "replica_id": -1,
-                "max_wait_ms": 10000,
-                "min_bytes": 1,
-                "max_bytes": 1 << 20,
-                "isolation_level": 0,
-                "topics": [
-                    {
-                        "topic": topic_name,
-                        "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
-                    }
-                ],
-            },
-        )
+        r = c.request(1, 4, fetch_body(topic_name, {0: 0}, max_wait_ms=10000, min_bytes=1))
     waited = time.monotonic() - t0
     assert [rec.value for rec in iter_records(bytes(r.responses[0].partitions[0].records))] == [b"late"]
     assert waited < 8  # woken by the append, not by max_wait_ms
@@ -502,23 +471,7 @@ def test_out_of_range_and_list_offsets(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     minibroker.produce(topic_name, [b"1", b"2", b"3"])
     with WireClient("127.0.0.1", minibroker.port) as c:
-        r = c.request(
-            1,
-            4,
-            {
-                "replica_id": -1,
-                "max_wait_ms": 0,
-                "min_bytes": 0,
-                "max_bytes": 1000,
-                "isolation_level": 0,
-                "topics": [
-                    {
-                        "topic": topic_name,
-                        "partitions": [{"partition": 0, "fetch_offset": 99, "partition_max_bytes": 1000}],
-                    }
-                ],
-            },
-        )
+        r = c.request(1, 4, fetch_body(topic_name, {0: 99}, max_bytes=1000))
         assert r.responses[0].partitions[0].error_code == 1  # OFFSET_OUT_OF_RANGE
         lo = c.request(
             2,
@@ -645,24 +598,7 @@ def test_a_client_that_never_reads_does_not_stall_others(minibroker, topic_name)
 
     minibroker.create_topic(topic_name)
     minibroker.produce(topic_name, [b"v" * 100_000 for _ in range(20)])  # ~2 MB
-    fetch = codec.encode_request(
-        1,
-        4,
-        1,
-        {
-            "replica_id": -1,
-            "max_wait_ms": 0,
-            "min_bytes": 0,
-            "max_bytes": 50 << 20,
-            "isolation_level": 0,
-            "topics": [
-                {
-                    "topic": topic_name,
-                    "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 50 << 20}],
-                }
-            ],
-        },
-    )
+    fetch = codec.encode_request(1, 4, 1, fetch_body(topic_name, {0: 0}, max_bytes=50 << 20))
     hog = socket.create_connection(("127.0.0.1", minibroker.port))
     hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     hog.setblocking(False)
