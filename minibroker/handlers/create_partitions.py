@@ -11,6 +11,8 @@ Gaps: none known (no CreateTopicPolicy/quotas, so 44 and 89 never appear).
 
 from __future__ import annotations
 
+from collections import Counter
+
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
@@ -19,9 +21,7 @@ from minibroker.topic_admin import check_new_partitions
 
 @handles(37, (0, 3))
 def handle_create_partitions(broker, header, request):
-    counts: dict[str, int] = {}
-    for t in request.topics:
-        counts[t.name] = counts.get(t.name, 0) + 1
+    counts = Counter(t.name for t in request.topics)  # a name given twice is refused (INVALID_REQUEST)
     results = []
     for t in request.topics:
         if counts[t.name] > 1:

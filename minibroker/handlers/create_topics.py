@@ -17,6 +17,8 @@ Gaps: no CreateTopicPolicy (POLICY_VIOLATION 44 is never returned), no quotas (8
 
 from __future__ import annotations
 
+from collections import Counter
+
 from minibroker.config import describe_topic_configs
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
@@ -41,9 +43,7 @@ def _config_entries(broker, overrides: dict) -> list[Struct]:
 @handles(19, (0, 7))
 def handle_create_topics(broker, header, request):
     validate_only = bool(request.validate_only)
-    counts: dict[str, int] = {}
-    for t in request.topics:
-        counts[t.name] = counts.get(t.name, 0) + 1
+    counts = Counter(t.name for t in request.topics)  # a name given twice is refused (INVALID_REQUEST)
     results = []
     for t in request.topics:
         if counts[t.name] > 1:
