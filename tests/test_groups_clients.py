@@ -10,6 +10,7 @@ import time
 import pytest
 
 from minibroker.testing import BrokerRunner
+from minibroker.tools.wire import WireClient
 
 # kafka-python leaks the socket of a failed connect (seen across broker restarts) and GC reports it later
 pytestmark = [pytest.mark.filterwarnings("ignore::ResourceWarning"),
@@ -148,7 +149,7 @@ def test_aiokafka_group(broker):
     assignments, got = asyncio.run(run())
     assert sorted(len(a) for a in assignments) == [2, 2] and set().union(*assignments) == set(range(4))
     assert set(got) == sent
-    with broker._client() as c:
+    with WireClient(broker.host, broker.port) as c:
         r = c.request(9, 7, {"group_id": "ga", "topics": None, "require_stable": False})
     assert r.error_code == 0
     assert {p.partition_index: p.committed_offset for t in r.topics for p in t.partitions} == \
@@ -267,7 +268,7 @@ def test_kcat_balanced_consumer(broker, kcat):
 
 
 def _committed(broker, group: str, topic: str, partitions: int) -> dict[int, int]:
-    with broker._client() as c:
+    with WireClient(broker.host, broker.port) as c:
         r = c.request(9, 8, {"groups": [{"group_id": group, "topics": [
             {"name": topic, "partition_indexes": list(range(partitions))}]}], "require_stable": False})
     return {p.partition_index: p.committed_offset for t in r.groups[0].topics for p in t.partitions}
