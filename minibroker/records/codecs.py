@@ -229,6 +229,9 @@ def _unsnappy(data, max_bytes: int) -> bytes:
         raise _corrupt("snappy", exc) from None
 
 
+_LZ4_STEP = 4 << 20
+
+
 def _unlz4(data, magic: int, max_bytes: int) -> bytes:
     data = bytearray(data)
     try:
@@ -238,7 +241,11 @@ def _unlz4(data, magic: int, max_bytes: int) -> bytes:
         rest = bytes(data)
         while rest:
             d = _lz4f.LZ4FrameDecompressor()
-            out += d.decompress(rest, max_length=max_bytes - len(out) + 1)
+            # in steps of at most 4 MiB: python-lz4 allocates max_length up front, and a 256 MiB
+            # bound per call cost more than decompressing a 1 MB batch
+            out += d.decompress(rest, max_length=min(max_bytes - len(out) + 1, _LZ4_STEP))
+            while not d.eof and not d.needs_input and len(out) <= max_bytes:
+                out += d.decompress(b"", max_length=min(max_bytes - len(out) + 1, _LZ4_STEP))
             if len(out) > max_bytes:
                 raise _too_large("lz4", max_bytes)
             if not d.eof:
