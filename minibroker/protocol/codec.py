@@ -195,6 +195,9 @@ def _length_reader(compact: bool, wide: bool) -> Reader:
     if compact:
 
         def read(buf, pos):
+            b = buf[pos]
+            if b < 0x80:  # one byte: every length below 127
+                return b - 1, pos + 1
             n, pos = read_uvarint(buf, pos)
             return n - 1, pos
 
@@ -362,7 +365,11 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
             else:
                 values[name], pos = reader(buf, pos)
         if flexible:
-            count, pos = read_uvarint(buf, pos)
+            if pos < len(buf) and buf[pos] == 0:  # an empty tag buffer: the common case
+                count = 0
+                pos += 1
+            else:
+                count, pos = read_uvarint(buf, pos)
             for _ in range(count):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
@@ -413,7 +420,10 @@ def _length_writer(compact: bool, wide: bool) -> WriteFn:
     if compact:
 
         def write(w: Writer, n: int):
-            write_uvarint(w.buf, n + 1)
+            if n < 126:  # one byte: every length below 126 (and null, -1)
+                w.buf.append(n + 1)
+            else:
+                write_uvarint(w.buf, n + 1)
 
         return write
     return _fixed_writer(_I32 if wide else _I16)
