@@ -18,6 +18,7 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records.framing import scan_entries
 
 log = logging.getLogger("minibroker.replica")
+append_log = logging.getLogger("minibroker.append")
 
 _PID_EPOCH_SEQ = struct.Struct(">qhi")
 REPLAY_CHUNK = 8 << 20
@@ -219,6 +220,20 @@ class ReplicaManager:
             offset_of_max_timestamp=result.offset_of_max_timestamp,
             record_count=result.record_count,
         )
+        if append_log.isEnabledFor(logging.DEBUG):  # what happened to the batch: for teaching and tracing
+            append_log.debug(
+                "%s-%d: %d records at offsets %d..%d, %s (%s -> %s, produce v%d, %d bytes)",
+                topic,
+                partition,
+                result.record_count,
+                result.first_offset,
+                result.last_offset,
+                result.path,
+                result.source_compression.name.lower(),
+                result.target_compression.name.lower(),
+                produce_version,
+                len(result.data),
+            )
         if table is not None:
             for batch in result.batches:
                 table.record(

@@ -664,3 +664,22 @@ def test_dump_log_shows_the_offsets_the_broker_assigned(minibroker_factory):
     assert "baseOffset: 0 lastOffset: 2 count: 3" in batches[0]
     assert "magic: 2" in batches[0] and "compresscodec: gzip" in batches[0]
     assert "baseOffset: 3 lastOffset: 5" in batches[1] and "magic: 2" in batches[1]
+
+
+def test_each_append_says_what_happened_to_the_batch(minibroker, topic_name, caplog):
+    """The teaching log: offsets given, and whether the batch was patched in place or rebuilt."""
+    import logging
+
+    from kafka import KafkaProducer
+
+    minibroker.create_topic(topic_name)
+    with caplog.at_level(logging.DEBUG, logger="minibroker.append"):
+        for kw in ({"api_version": (0, 10, 0), "compression_type": "gzip"}, {}):
+            p = KafkaProducer(bootstrap_servers=minibroker.bootstrap_servers, linger_ms=20, **kw)
+            for i in range(3):
+                p.send(topic_name, b"v%d" % i, partition=0)
+            p.flush()
+            p.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "minibroker.append" and topic_name in r.getMessage()]
+    assert lines[0].startswith(f"{topic_name}-0: 3 records at offsets 0..2, converted (gzip -> gzip")
+    assert lines[1].startswith(f"{topic_name}-0: 3 records at offsets 3..5, in-place (none -> none")
