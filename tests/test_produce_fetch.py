@@ -680,6 +680,10 @@ def test_each_append_says_what_happened_to_the_batch(minibroker, topic_name, cap
                 p.send(topic_name, b"v%d" % i, partition=0)
             p.flush()
             p.close()
-    lines = [r.getMessage() for r in caplog.records if r.name == "minibroker.append" and topic_name in r.getMessage()]
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "minibroker.append" and topic_name in r.getMessage()
+    ]
     assert lines[0].startswith(f"{topic_name}-0: 3 records at offsets 0..2, converted (gzip -> gzip")
     assert lines[1].startswith(f"{topic_name}-0: 3 records at offsets 3..5, in-place (none -> none")
