@@ -44,12 +44,20 @@ def handles(api_key: int, versions: tuple[int, int]):
         raise ValueError(f"{message.name}: versions {versions} outside the schema's {message.valid}")
 
     def register(fn):
+        if inspect.iscoroutinefunction(fn) and _carries_records(message.fields):
+            # the connection hands requests over as views of its read buffer; a request with record
+            # bytes must be handled before that buffer is reused, i.e. synchronously
+            raise RuntimeError(f"{message.name} carries records: its handler must be synchronous")
         if api_key in HANDLERS:
             raise RuntimeError(f"API key {api_key} ({API_NAMES[api_key]}) registered twice")
         HANDLERS[api_key] = Handler(api_key, lo, hi, fn, inspect.iscoroutinefunction(fn))
         return fn
 
     return register
+
+
+def _carries_records(fields) -> bool:
+    return any(f.type == "records" or (f.fields is not None and _carries_records(f.fields)) for f in fields)
 
 
 def served_versions() -> list[tuple[int, int, int]]:

@@ -135,7 +135,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             available = end - pos - 4
             if available >= size:
-                self._queue.append(bytearray(view[pos + 4: pos + 4 + size]))
+                if not self._queue and not self._busy and not self._write_paused:
+                    # Handled straight from the scratch buffer: decoding finishes before the buffer is
+                    # compacted, and no decoded request keeps a view of it past its synchronous
+                    # handling (only Produce carries records views, and Produce is synchronous).
+                    self._handle_frame(view[pos + 4: pos + 4 + size])
+                    if self._closed:
+                        return
+                else:
+                    self._queue.append(bytearray(view[pos + 4: pos + 4 + size]))
                 pos += 4 + size
             elif size + 4 > len(scratch):  # larger than the scratch buffer: read the rest in place
                 frame = bytearray(size)
