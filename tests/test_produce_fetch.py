@@ -687,3 +687,45 @@ def test_each_append_says_what_happened_to_the_batch(minibroker, topic_name, cap
     ]
     assert lines[0].startswith(f"{topic_name}-0: 3 records at offsets 0..2, converted (gzip -> gzip")
     assert lines[1].startswith(f"{topic_name}-0: 3 records at offsets 3..5, in-place (none -> none")
+
+
+def test_pipelined_produce_requests_in_one_write_each_keep_their_records(minibroker, topic_name):
+    """Requests handled straight from the read buffer: each sees its own bytes, none a neighbour's."""
+    minibroker.create_topic(topic_name)
+    frames = b"".join(
+        codec.encode_request(
+            0,
+            9,
+            corr,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout_ms": 5000,
+                "topic_data": [
+                    {
+                        "name": topic_name,
+                        "partition_data": [{"index": 0, "records": bytes(_v2(n=2 + corr % 3))}],
+                    }
+                ],
+            },
+        )
+        for corr in range(1, 41)
+    )
+    with WireClient("127.0.0.1", minibroker.port) as c:
+        c.sock.sendall(frames)  # 40 requests in one write: several land in one read
+        bases = []
+        for corr in range(1, 41):
+            size = struct.unpack(">i", c._read(4))[0]
+            got, body = codec.decode_response(0, 9, c._read(size))
+            assert got == corr
+            part = body.responses[0].partition_responses[0]
+            assert part.error_code == 0
+            bases.append(part.base_offset)
+    expected, offset = [], 0
+    for corr in range(1, 41):
+        expected.append(offset)
+        offset += 2 + corr % 3
+    assert bases == expected
+    records = kp_consume(minibroker.bootstrap_servers, topic_name, offset)
+    assert [r.offset for r in records] == list(range(offset))
+    assert [r.value for r in records] == [b"v%d" % i for corr in range(1, 41) for i in range(2 + corr % 3)]
