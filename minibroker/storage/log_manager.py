@@ -75,10 +75,12 @@ class LogManager:
         line uses it while recovery of many segments runs)."""
         started = time.monotonic()
         cluster_ids = set()
+        new_dirs = 0
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
             props = ckpt.read_properties(os.path.join(d, ckpt.META_PROPERTIES))
             if props is None:
+                new_dirs += 1
                 continue
             if "node.id" in props and int(props["node.id"]) != self.node_id:
                 raise KafkaError(
@@ -177,7 +179,11 @@ class LogManager:
             len(self._topics),
             self.log_dirs,
             time.monotonic() - started,
-            "clean" if self.had_clean_shutdown else "unclean",
+            "new log dir, no previous"
+            if new_dirs == len(self.log_dirs)
+            else "clean"
+            if self.had_clean_shutdown
+            else "unclean",
         )
 
     @staticmethod
