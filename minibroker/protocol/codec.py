@@ -205,38 +205,36 @@ def _length_reader(compact: bool, wide: bool) -> Reader:
     return _fixed_reader(_I32 if wide else _I16)
 
 
-def _string_reader(compact: bool, nullable: bool) -> Reader:
-    read_len = _length_reader(compact, wide=False)
+def _utf8(view) -> str:
+    try:
+        return str(view, "utf-8")
+    except UnicodeDecodeError as e:
+        raise ProtocolViolation("string is not valid UTF-8") from e
+
+
+def _sized_reader(compact: bool, nullable: bool, wide: bool, what: str, convert) -> Reader:
+    """A length-prefixed value (string, bytes, records): ``convert`` turns its bytes into the value."""
+    read_len = _length_reader(compact, wide)
 
     def read(buf, pos):
         n, pos = read_len(buf, pos)
         if n < 0:
             if not nullable:
-                raise ProtocolViolation("null for a non-nullable string")
+                raise ProtocolViolation(f"null for a non-nullable {what}")
             return None, pos
         _need(buf, pos, n)
-        try:
-            return str(buf[pos : pos + n], "utf-8"), pos + n
-        except UnicodeDecodeError as e:
-            raise ProtocolViolation("string is not valid UTF-8") from e
+        return convert(memoryview(buf)[pos : pos + n]), pos + n
 
     return read
+
+
+def _string_reader(compact: bool, nullable: bool) -> Reader:
+    return _sized_reader(compact, nullable, False, "string", _utf8)
 
 
 def _bytes_reader(compact: bool, nullable: bool, zero_copy: bool) -> Reader:
-    read_len = _length_reader(compact, wide=True)
-
-    def read(buf, pos):
-        n, pos = read_len(buf, pos)
-        if n < 0:
-            if not nullable:
-                raise ProtocolViolation("null for non-nullable bytes")
-            return None, pos
-        _need(buf, pos, n)
-        view = memoryview(buf)[pos : pos + n]
-        return (view if zero_copy else bytes(view)), pos + n
-
-    return read
+    # records stay a view of the request (zero copy); other bytes fields are copied out
+    return _sized_reader(compact, nullable, True, "bytes", (lambda view: view) if zero_copy else bytes)
 
 
 def _array_reader(compact: bool, nullable: bool, elem: Reader) -> Reader:
