@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import subprocess
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from minibroker.protocol import codec
+from minibroker.server.sockets import listen_socket
 from minibroker.tools.wire import WireClient
 
 
@@ -165,6 +167,8 @@ def test_process_mode_starts_fast_and_stops_on_sigterm(minibroker_factory):
     broker = minibroker_factory(mode="process")
     assert _alive(broker)
     proc = broker.process
+    # one thread: listeners are resolved before the loop takes them, so no resolver pool idles
+    assert os.listdir(f"/proc/{proc.pid}/task") == [str(proc.pid)]
     t1 = time.monotonic()
     proc.terminate()
     proc.wait(10)
@@ -189,3 +193,20 @@ def test_each_listener_advertises_its_own_address(minibroker_factory):
             fc = c.request(10, 3, {"key": "g", "key_type": 0})
         assert [(b.host, b.port) for b in md.brokers] == [(host, ports[name])]
         assert (fc.host, fc.port) == (host, ports[name])
+
+
+@pytest.mark.parametrize("host", ["", "127.0.0.1", "localhost"])
+def test_listen_socket_binds_one_address_like_kafka(host):
+    sock = listen_socket(host, 0, 16)
+    try:
+        port = sock.getsockname()[1]
+        assert port > 0 and not sock.getblocking()
+        if host:  # a name binds its first resolved address only
+            targets = [sock.getsockname()[0]]
+        else:  # the wildcard, dual-stack where the kernel has IPv6
+            targets = ["127.0.0.1"] + (["::1"] if socket.has_dualstack_ipv6() else [])
+        for target in targets:
+            with socket.create_connection((target, port), timeout=2):
+                pass
+    finally:
+        sock.close()

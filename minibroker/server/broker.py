@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from minibroker.server.connection import KafkaConnection
 from minibroker.server.metrics import Metrics, StartupProgress
 from minibroker.server.metrics_http import start_metrics_http
+from minibroker.server.sockets import listen_socket
 
 log = logging.getLogger("minibroker.broker")
+
+LISTEN_BACKLOG = 1024
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         for name, host, port in self.config.listener_endpoints():
             server = await loop.create_server(lambda name=name: KafkaConnection(self, max_request, name),
-                                              host or None, port, reuse_address=True, backlog=1024)
+                                              sock=listen_socket(host, port, LISTEN_BACKLOG),
+                                              backlog=LISTEN_BACKLOG)
             self._servers.append(server)
             sock_port = server.sockets[0].getsockname()[1]
             self.bound.append(Endpoint(name, host, sock_port))

@@ -17,6 +17,7 @@ import asyncio
 import logging
 
 from minibroker.server.metrics import CONTENT_TYPE, render_prometheus
+from minibroker.server.sockets import listen_socket
 
 log = logging.getLogger("minibroker.metrics")
 
@@ -33,7 +34,7 @@ class MetricsHttpServer:
         self._handlers: set[asyncio.Task] = set()
 
     async def start(self, host: str, port: int) -> None:
-        self.server = await asyncio.start_server(self._serve, host or None, port, reuse_address=True,
+        self.server = await asyncio.start_server(self._serve, sock=listen_socket(host, port, 128),
                                                  limit=HEAD_LIMIT)
         self.host = host
         self.port = self.server.sockets[0].getsockname()[1]
