@@ -18,7 +18,6 @@ name is the log end offset the snapshot covers; the log after it is replayed on 
 from __future__ import annotations
 
 import collections
-import glob
 import logging
 import os
 import struct
@@ -195,11 +194,15 @@ class ProducerStateTable:
 
 
 def snapshot_files(directory: str) -> list[tuple[int, str]]:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
     out = []
-    for path in glob.glob(os.path.join(directory, "*.snapshot")):
-        stem = os.path.basename(path)[: -len(".snapshot")]
-        if stem.isdigit():
-            out.append((int(stem), path))
+    for name in names:
+        stem, dot, ext = name.partition(".")
+        if dot and ext == "snapshot" and stem.isdigit():
+            out.append((int(stem), os.path.join(directory, name)))
     return sorted(out)
 
 

@@ -8,7 +8,6 @@ offset and max timestamp.
 
 from __future__ import annotations
 
-import gzip
 import os
 import struct
 
@@ -34,6 +33,8 @@ def _varint(buf, pos: int) -> tuple[int, int]:
 
 def _decompress(codec: int, data: bytes) -> bytes:
     if codec == 1:
+        import gzip
+
         return gzip.decompress(data)
     if codec == 2:
         import snappy
