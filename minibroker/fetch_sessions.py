@@ -13,28 +13,31 @@ import collections
 import itertools
 import random
 import time
-from dataclasses import dataclass, field
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 
 
-@dataclass
 class SessionPartition:
-    topic_id: bytes
-    fetch_offset: int
-    max_bytes: int
-    # what the last response told the client, to send the partition again only when it changes
-    high_watermark: int = -1
-    log_start_offset: int = -1
+    __slots__ = ("topic_id", "fetch_offset", "max_bytes", "high_watermark", "log_start_offset")
+
+    def __init__(self, topic_id: bytes, fetch_offset: int, max_bytes: int):
+        self.topic_id = topic_id
+        self.fetch_offset = fetch_offset
+        self.max_bytes = max_bytes
+        # what the last response told the client, to send the partition again only when it changes
+        self.high_watermark = -1
+        self.log_start_offset = -1
 
 
-@dataclass
 class FetchSession:
-    id: int
-    epoch: int  # the epoch the next request must carry
-    partitions: dict[tuple[str, int], SessionPartition] = field(default_factory=dict)
-    last_used: float = 0.0
+    __slots__ = ("id", "epoch", "partitions", "last_used")
+
+    def __init__(self, id: int, epoch: int, last_used: float = 0.0):
+        self.id = id
+        self.epoch = epoch  # the epoch the next request must carry
+        self.partitions: dict[tuple[str, int], SessionPartition] = {}
+        self.last_used = last_used
 
 
 class FetchSessionCache:

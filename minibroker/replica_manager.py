@@ -11,7 +11,7 @@ import asyncio
 import logging
 import struct
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from minibroker.coordinator.producer_state import ProducerStateTable, snapshot_files
 from minibroker.errors import ErrorCode, KafkaError
@@ -37,8 +37,7 @@ def _validate_and_assign():
 _validator = None
 
 
-@dataclass
-class AppendOutcome:
+class AppendOutcome(NamedTuple):
     base_offset: int
     log_append_time_ms: int
     log_start_offset: int

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from enum import Enum
 
 from minibroker.coordinator.group_records import OffsetCommitValue
@@ -41,23 +40,32 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(eq=False)
 class Member:
     """A member of a group; ``protocols`` is [(name, metadata)] in the member's order of preference."""
 
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
-    join_future: asyncio.Future | None = None  # a JoinGroup waiting for the rebalance to complete
-    sync_future: asyncio.Future | None = None  # a SyncGroup waiting for the leader's assignment
-    is_new: bool = False  # joined during the current rebalance (KIP-394)
-    heartbeat_timer: asyncio.TimerHandle | None = None
+    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
+                 "session_timeout_ms", "protocol_type", "protocols", "assignment", "join_future",
+                 "sync_future", "is_new", "heartbeat_timer")
+
+    def __init__(self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+                 rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
+                 protocols: list[tuple[str, bytes]], assignment: bytes = b"", is_new: bool = False):
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.session_timeout_ms = session_timeout_ms
+        self.protocol_type = protocol_type
+        self.protocols = protocols
+        self.assignment = assignment
+        self.join_future: asyncio.Future | None = None  # a JoinGroup waiting for the rebalance to complete
+        self.sync_future: asyncio.Future | None = None  # a SyncGroup waiting for the leader's assignment
+        self.is_new = is_new  # joined during the current rebalance (KIP-394)
+        self.heartbeat_timer: asyncio.TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return f"Member({self.member_id!r}, instance={self.group_instance_id!r}, client={self.client_id!r})"
 
     @property
     def is_awaiting_join(self) -> bool:
@@ -84,22 +92,27 @@ class Member:
         return [(n, bytes(m)) for n, m in protocols] == [(n, bytes(m)) for n, m in self.protocols]
 
 
-@dataclass
 class ClassicGroup:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    state_timestamp_ms: int = field(default_factory=now_ms)
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    generation_id: int = 0
-    leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    static_members: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
-    pending_members: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
-    pending_sync: set[str] = field(default_factory=set)  # members yet to SyncGroup this generation
-    offsets: dict[tuple[str, int], OffsetCommitValue] = field(default_factory=dict)
-    new_member_added: bool = False
-    subscribed_topics: set[str] | None = None  # None: unknown (not the consumer protocol)
+    """A classic group; plain attributes, mutated only by ``GroupCoordinator``."""
+
+    def __init__(self, group_id: str):
+        self.group_id = group_id
+        self.state = GroupState.EMPTY
+        self.state_timestamp_ms = now_ms()
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.generation_id = 0
+        self.leader_id: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static_members: dict[str, str] = {}  # group.instance.id -> member id
+        self.pending_members: set[str] = set()  # ids handed out with MEMBER_ID_REQUIRED
+        self.pending_sync: set[str] = set()  # members yet to SyncGroup this generation
+        self.offsets: dict[tuple[str, int], OffsetCommitValue] = {}
+        self.new_member_added = False
+        self.subscribed_topics: set[str] | None = None  # None: unknown (not the consumer protocol)
+
+    def __repr__(self) -> str:
+        return f"ClassicGroup({self.group_id!r}, {self.state.value}, generation {self.generation_id})"
 
     # -- state ----------------------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from minibroker.coordinator.classic_group import ClassicGroup, GroupState, Member, now_ms
 from minibroker.coordinator.group_records import (
@@ -46,28 +47,25 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's timeout for a new member t
 E = ErrorCode
 
 
-@dataclass
-class JoinResult:
+class JoinResult(NamedTuple):
     error: ErrorCode
     member_id: str
     generation_id: int = -1
     protocol_type: str | None = None
     protocol_name: str | None = None
     leader_id: str = ""
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    members: Sequence[tuple[str, str | None, bytes]] = ()
     skip_assignment: bool = False
 
 
-@dataclass
-class SyncResult:
+class SyncResult(NamedTuple):
     error: ErrorCode
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignment: bytes = b""
 
 
-@dataclass
-class GroupSummary:
+class GroupSummary(NamedTuple):
     error: ErrorCode
     group_id: str
     state: str

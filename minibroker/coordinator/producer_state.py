@@ -21,7 +21,7 @@ import collections
 import logging
 import os
 import struct
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 
@@ -37,8 +37,7 @@ _SNAP_ENTRY = struct.Struct(">qhiqiqiq")
 SNAPSHOT_VERSION = 1
 
 
-@dataclass
-class BatchMeta:
+class BatchMeta(NamedTuple):
     first_seq: int
     last_seq: int
     first_offset: int
@@ -46,11 +45,18 @@ class BatchMeta:
     timestamp: int = -1
 
 
-@dataclass
 class ProducerEntry:
-    producer_id: int
-    epoch: int
-    batches: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_CACHED_BATCHES))
+    """One producer id's epoch and its last few batches (to answer a retried batch as a duplicate)."""
+
+    __slots__ = ("producer_id", "epoch", "batches")
+
+    def __init__(self, producer_id: int, epoch: int):
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.batches: collections.deque[BatchMeta] = collections.deque(maxlen=MAX_CACHED_BATCHES)
+
+    def __repr__(self) -> str:
+        return f"ProducerEntry({self.producer_id}, epoch {self.epoch}, last seq {self.last_seq})"
 
     @property
     def last_seq(self) -> int:

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from minibroker.protocol.codec import API_NAMES, REQUESTS
 from minibroker.protocol.declarations import in_range
 
 
-@dataclass(frozen=True)
-class Handler:
+class Handler(NamedTuple):
     api_key: int
     min_version: int
     max_version: int

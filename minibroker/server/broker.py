@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from minibroker.server.connection import KafkaConnection
 from minibroker.server.metrics import Metrics, StartupProgress
@@ -24,8 +24,7 @@ log = logging.getLogger("minibroker.broker")
 LISTEN_BACKLOG = 1024
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(NamedTuple):
     listener: str  # listener name, e.g. PLAINTEXT
     host: str
     port: int
