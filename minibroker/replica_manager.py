@@ -263,23 +263,39 @@ class ReplicaManager:
                 if not fut.done():
                     fut.set_result(None)
 
-    async def wait_for_append(self, keys, seconds: float) -> bool:
-        """Wait until any of ``keys`` (topic, partition) gets an append, or ``seconds`` pass."""
-        if seconds <= 0:
-            return False
+    def watch_appends(self, keys) -> asyncio.Future:
+        """A future completed by the next append to any of ``keys`` (topic, partition).
+
+        Registered at once, so an append that happens before the caller gets to await it (a
+        coroutine returned by a handler starts a loop iteration later) still completes it.
+        Pair with ``wait_for_append`` or ``unwatch``.
+        """
         fut = asyncio.get_running_loop().create_future()
         for key in keys:
             self._waiters.setdefault(key, set()).add(fut)
+        return fut
+
+    def unwatch(self, keys, fut: asyncio.Future) -> None:
+        for key in keys:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(fut)
+                if not waiters:
+                    self._waiters.pop(key, None)
+
+    async def wait_for_append(self, keys, seconds: float, watch: asyncio.Future | None = None) -> bool:
+        """Wait until any of ``keys`` gets an append (since ``watch`` was registered, when given),
+        or ``seconds`` pass; True when there was an append."""
+        fut = watch if watch is not None else self.watch_appends(keys)
         try:
+            if fut.done():
+                return True
+            if seconds <= 0:
+                return False
             async with asyncio.timeout(seconds):
                 await fut
             return True
         except TimeoutError:
             return False
         finally:
-            for key in keys:
-                waiters = self._waiters.get(key)
-                if waiters is not None:
-                    waiters.discard(fut)
-                    if not waiters:
-                        self._waiters.pop(key, None)
+            self.unwatch(keys, fut)

@@ -387,6 +387,29 @@ def test_fetch_long_poll_is_woken_by_an_append(minibroker, topic_name):
     assert waited < 8  # woken by the append, not by max_wait_ms
 
 
+def test_an_append_right_after_the_fetch_handler_returns_still_wakes_its_long_poll(minibroker, topic_name):
+    """The long poll a Fetch handler returns starts a loop iteration later; a Produce handled in
+    between (another connection's data in the same iteration) must still wake it."""
+    from minibroker.handlers.fetch import handle_fetch
+
+    minibroker.create_topic(topic_name)
+    broker = minibroker.broker
+    request = codec.decode("FetchRequest", 4, codec.encode("FetchRequest", 4, fetch_body(
+        topic_name, {0: 0}, max_wait_ms=10_000, min_bytes=1)))
+    header = codec.RequestHeader(api_key=1, api_version=4, correlation_id=1, client_id="t",
+                                 peer="test", listener="PLAINTEXT")
+
+    async def race():
+        poll = handle_fetch(broker, header, request)
+        assert asyncio.iscoroutine(poll)  # nothing to read yet: a long poll
+        broker.replicas.append_records(topic_name, 0, _v2(2), 9)  # before the poll first runs
+        return await asyncio.wait_for(poll, 5)  # woken by that append, not by max_wait_ms
+
+    response = asyncio.run_coroutine_threadsafe(race(), minibroker._loop).result(10)
+    records = bytes(response.responses[0].partitions[0].records.read())
+    assert [r.value for r in iter_records(records)] == [b"v0", b"v1"]
+
+
 def test_fetch_sessions_incremental(minibroker, topic_name):
     minibroker.create_topic(topic_name, partitions=2)
     minibroker.produce(topic_name, [b"x"], partition=0)
@@ -469,7 +492,11 @@ def test_fetch_by_topic_id_and_unknown_topic_id(minibroker, topic_name):
 
 def test_out_of_range_and_list_offsets(minibroker, topic_name):
     minibroker.create_topic(topic_name)
-    minibroker.produce(topic_name, [b"1", b"2", b"3"])
+    # one batch with rising timestamps: a client's send() may split records into batches whose
+    # equal timestamps would make the max-timestamp answer (first batch wins a tie) run-dependent
+    ts = 1_700_000_000_000
+    batch = build_records(2, [(i, ts + i, None, b"%d" % (i + 1)) for i in range(3)])
+    assert produce_raw(minibroker, topic_name, bytes(batch)).error_code == 0
     with WireClient("127.0.0.1", minibroker.port) as c:
         r = c.request(1, 4, fetch_body(topic_name, {0: 99}, max_bytes=1000))
         assert r.responses[0].partitions[0].error_code == 1  # OFFSET_OUT_OF_RANGE

@@ -213,16 +213,22 @@ def _any_error(responses) -> bool:
     return any(p.error_code for t in responses for p in t.partitions)
 
 
-async def _long_poll(plan: FetchPlan, deadline: float, min_bytes: int, responses, total):
+async def _long_poll(plan: FetchPlan, deadline: float, min_bytes: int, responses, total, watch):
+    """Wait for appends until ``min_bytes`` are ready or the deadline passes. ``watch`` is always
+    registered right after a read, so no append between a read and the next wait is missed."""
     replicas = plan.broker.replicas
     keys = plan.keys()
-    while total < min_bytes:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not await replicas.wait_for_append(keys, remaining):
-            break
-        responses, total = read_partitions(plan)
-        if _any_error(responses):
-            break
+    try:
+        while total < min_bytes:
+            remaining = deadline - time.monotonic()
+            if not await replicas.wait_for_append(keys, remaining, watch):
+                break
+            responses, total = read_partitions(plan)
+            watch = replicas.watch_appends(keys)
+            if _any_error(responses):
+                break
+    finally:
+        replicas.unwatch(keys, watch)
     return _response(plan, responses)
 
 
@@ -237,4 +243,7 @@ def handle_fetch(broker, header, request):
     if total >= min_bytes or request.max_wait_ms <= 0 or not plan.topics or _any_error(responses):
         return _response(plan, responses)
     deadline = time.monotonic() + request.max_wait_ms / 1000
-    return _long_poll(plan, deadline, min_bytes, responses, total)
+    # Watched now, in the same step as the read: the long poll's first await is a loop iteration
+    # away, and an append in between must wake it rather than leave it asleep until max_wait_ms.
+    watch = broker.replicas.watch_appends(plan.keys())
+    return _long_poll(plan, deadline, min_bytes, responses, total, watch)
