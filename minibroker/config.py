@@ -1342,8 +1342,11 @@ def config_reference_markdown() -> str:
     out += [
         "",
         "minibroker serves PLAINTEXT listeners only and keeps all data in one directory. The",
-        "listener forms are Kafka's: `NAME://host:port`, empty host for all interfaces, `[::1]` for",
-        "IPv6, port 0 for an ephemeral port; `advertised.listeners` defaults to `listeners`.",
+        "listener forms are Kafka's: `NAME://host:port`, empty host for all interfaces (one dual-stack",
+        "socket, IPv4 and IPv6, where the kernel has IPv6), `[::1]` for IPv6, port 0 for an ephemeral port;",
+        "`advertised.listeners` defaults to `listeners`. As in Kafka, a host name binds its first resolved",
+        "address only. Names are resolved once at start-up, before the event loop runs, so the broker",
+        "process stays single-threaded (uvloop would otherwise start libuv's pool of four resolver threads).",
         "",
         "minibroker also accepts these spellings and treats them as the Kafka key (when a source",
         "gives both, the Kafka key wins):",

@@ -9,15 +9,19 @@ Workloads (each repeated ``--reps`` times; median and spread reported):
 
 - ceilings: a plain asyncio server that receives size-prefixed frames and appends them to a file
   (produce ceiling) and one that answers each frame with a file region sent by ``loop.sendfile``
-  (fetch ceiling), both driven by the same raw load generator as the broker;
+  (fetch ceiling), both driven by the same raw load generator as the broker; and the produce
+  ceiling in Kafka's clothes (ApiVersions, Metadata, InitProducerId answered, Produce v3-v7 read
+  by hand: receive, append, reply), so kcat and librdkafka can drive it themselves;
 - produce_raw / fetch_raw: the raw generator (pre-built Produce / Fetch frames, 5 in flight, in its
   own process) against the broker, as a ratio to the ceilings;
-- produce_librdkafka / produce_kafka_python: real clients (1 and 8 partitions, 100 B and 1 KiB,
-  acks=1/all, none/lz4/zstd); records/s and MB/s, the 1 KiB case as a ratio to the produce ceiling;
-- fetch_librdkafka / fetch_kafka_python: consumers reading back what was produced;
-- latency: produce-to-consume p50/p99 at a fixed rate (confluent-kafka);
-- startup (process start to port accepting) and idle RSS; RSS under load; broker CPU seconds per
-  million records (from /proc/PID/stat of the broker process);
+- produce_kcat / produce_clients: kcat, confluent-kafka (1 and 8 partitions, 100 B and 1 KiB,
+  acks=1/all, none/lz4/zstd) and kafka-python; records/s, MB/s and broker CPU, uncompressed
+  cases as a ratio to the same client driving the Kafka-shaped ceiling (alternating runs);
+- fetch_clients: confluent-kafka's and kafka-python's consumers reading back 1 GiB;
+- latency: produce-to-consume p50/p99 at 10k records/s (confluent-kafka), three fresh brokers;
+- startup (process start to port accepting) and idle RSS, beside a bare Python and the event-loop
+  floor (Python, asyncio and the broker's loop serving one socket); RSS under load; broker CPU
+  seconds per million records (from /proc/PID/stat of the broker process);
 - scaling: produce throughput and p99 latency for 1..64 partitions and 1..100 connections; fetch
   lookup time against log size.
 
