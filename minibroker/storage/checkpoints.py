@@ -115,6 +115,8 @@ def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
 
 
 def write_offset_checkpoint(path: str, offsets: dict[tuple[str, int], int], *, sync: bool = True) -> None:
+    if not offsets and not os.path.exists(path):
+        return  # reads the same as an empty one: a new log dir starts without two fsync pairs
     lines = ["0", str(len(offsets))]
     lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
     write_atomically(path, "\n".join(lines) + "\n", sync=sync)

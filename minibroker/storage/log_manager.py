@@ -220,6 +220,8 @@ class LogManager:
         return {}
 
     def _write_topics_file(self) -> None:
+        if not self._topics and not any(os.path.exists(os.path.join(d, TOPICS_FILE)) for d in self.log_dirs):
+            return  # no file reads as no topics: a new log dir starts without the write and its fsyncs
         doc = {
             "version": 1,
             "topics": {

@@ -66,6 +66,26 @@ def test_topics_survive_restart_with_ids_partitions_configs(data_dir):
     m.close()
 
 
+def test_a_new_log_dir_writes_no_empty_files_and_an_emptied_one_is_rewritten(data_dir):
+    checkpoints = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint")
+    m = open_manager(data_dir)
+    m.close()
+    m = open_manager(data_dir)  # a missing file reads as empty: nothing to write, nothing to fsync
+    assert not any(os.path.exists(os.path.join(data_dir, f)) for f in (TOPICS_FILE, *checkpoints))
+    m.create_topic("t", 1, {})
+    append_v2(m.get_log("t", 0), [0])
+    m.write_checkpoints()
+    with open(os.path.join(data_dir, checkpoints[0])) as f:
+        assert f.read().startswith("0\n1\nt 0 ")
+    m.delete_topic("t")
+    m.write_checkpoints()
+    m.close()
+    with open(os.path.join(data_dir, TOPICS_FILE)) as f:  # once there, the files follow every change
+        assert json.load(f)["topics"] == {}
+    with open(os.path.join(data_dir, checkpoints[0])) as f:
+        assert f.read() == "0\n0\n"
+
+
 def test_topic_errors(data_dir):
     m = open_manager(data_dir)
     m.create_topic("a", 1)
