@@ -421,11 +421,17 @@ def produce_frames(
     return frames
 
 
-def generate(port: int, frames: list[bytes], count: int, window: int = 5) -> float:
-    """Send ``count`` frames (cycling) with ``window`` in flight; returns seconds until all answered."""
+def generate(
+    port: int, frames: list[bytes], count: int, window: int = 5, latencies: list | None = None
+) -> float:
+    """Send ``count`` frames (cycling) with ``window`` in flight; returns seconds until all answered.
+
+    With ``latencies``, each request's send-to-answer time is appended to it (answers come in order
+    on one connection), queueing behind the requests in flight included."""
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     done = [0]
+    sent_at = [0.0] * count if latencies is not None else None
 
     def reader():
         buf = bytearray()
@@ -441,6 +447,8 @@ def generate(port: int, frames: list[bytes], count: int, window: int = 5) -> flo
                 if len(buf) - pos - 4 < size:
                     break
                 pos += 4 + size
+                if sent_at is not None:
+                    latencies.append(time.perf_counter() - sent_at[got])
                 got += 1
                 with cv:
                     done[0] = got
@@ -457,12 +465,62 @@ def generate(port: int, frames: list[bytes], count: int, window: int = 5) -> flo
         with cv:
             while sent - done[0] >= window:
                 cv.wait()
+        if sent_at is not None:
+            sent_at[sent] = time.perf_counter()
         sock.sendall(frames[sent % n])
         sent += 1
     t.join()
     elapsed = time.perf_counter() - t0
     sock.close()
     return elapsed
+
+
+def generate_connections(port: int, frames: list[bytes], conns: int, per_conn: int) -> tuple[float, list]:
+    """``conns`` connections with one request in flight each, multiplexed on one thread (threads
+    per connection would measure the generator's GIL); returns (seconds, latencies)."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    state = {}
+    latencies: list[float] = []
+    n = len(frames)
+    for _ in range(conns):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sel.register(sock, selectors.EVENT_READ)
+        state[sock] = [bytearray(), 0, 0.0]  # buffer, answered, sent at
+    t0 = time.perf_counter()
+    for sock, st in state.items():
+        st[2] = time.perf_counter()
+        sock.sendall(frames[0])
+    open_conns = conns
+    while open_conns:
+        for key, _ in sel.select():
+            sock = key.fileobj
+            st = state[sock]
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError("closed")
+            st[0] += chunk
+            while len(st[0]) >= 4 and len(st[0]) >= 4 + struct.unpack_from(">i", st[0], 0)[0]:
+                del st[0][: 4 + struct.unpack_from(">i", st[0], 0)[0]]
+                latencies.append(time.perf_counter() - st[2])
+                st[1] += 1
+                if st[1] < per_conn:
+                    st[2] = time.perf_counter()
+                    sock.sendall(frames[st[1] % n])
+                else:
+                    sel.unregister(sock)
+                    open_conns -= 1
+    elapsed = time.perf_counter() - t0
+    for sock in state:
+        sock.close()
+    return elapsed, latencies
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q))] * 1000
 
 
 def fetch_frames_ceiling(total_bytes: int, chunk: int) -> list[bytes]:
@@ -532,10 +590,25 @@ def _generator_main(args: list[str]) -> None:
         size = struct.unpack_from(">i", blob, pos)[0]
         frames.append(blob[pos : pos + 4 + size])
         pos += 4 + size
-    print(json.dumps({"elapsed": generate(port, frames, count, window)}))
+    latencies: list[float] = []
+    elapsed = generate(port, frames, count, window, latencies)
+    print(
+        json.dumps(
+            {
+                "elapsed": elapsed,
+                "p50_ms": percentile_ms(latencies, 0.5),
+                "p99_ms": percentile_ms(latencies, 0.99),
+            }
+        )
+    )
 
 
 def run_generator(port: int, frames: list[bytes], count: int, window: int = 5) -> float:
+    return run_generator_stats(port, frames, count, window)["elapsed"]
+
+
+def run_generator_stats(port: int, frames: list[bytes], count: int, window: int = 5) -> dict:
+    """The generator in its own process: {"elapsed", "p50_ms", "p99_ms"} (request latencies)."""
     with tempfile.NamedTemporaryFile(delete=False) as f:
         f.write(b"".join(frames))
         path = f.name
@@ -547,7 +620,7 @@ def run_generator(port: int, frames: list[bytes], count: int, window: int = 5) -
             timeout=600,
             check=True,
         )
-        return json.loads(out.stdout)["elapsed"]
+        return json.loads(out.stdout)
     finally:
         os.unlink(path)
 
@@ -1025,24 +1098,23 @@ def bench_scaling(opts) -> dict:
         with BrokerProcess(loop=opts.loop) as b:
             create_topic(b.port, "s", parts)
             count = max(parts * 20, int(opts.scale * 20000))
-            elapsed = run_generator(b.port, frames, count)
+            run = run_generator_stats(b.port, frames, count)
             out["partitions"][parts] = {
-                "MBps": len(frames[0]) * count / elapsed / 1e6,
-                "mean_request_ms": elapsed / count * 1000 * 5,
+                "MBps": len(frames[0]) * count / run["elapsed"] / 1e6,
+                "p50_ms": run["p50_ms"],
+                "p99_ms": run["p99_ms"],
             }
     for conns in [1, 10, 100] if not opts.quick else [1, 10]:
         frames = produce_frames("c", 1, 1024, 16, Compression.NONE)
         with BrokerProcess(loop=opts.loop) as b:
             create_topic(b.port, "c", 1)
             per = max(20, int(opts.scale * 20000) // conns)
-            t0 = time.perf_counter()
-            threads = [threading.Thread(target=generate, args=(b.port, frames, per, 1)) for _ in range(conns)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            elapsed = time.perf_counter() - t0
-            out["connections"][conns] = {"MBps": len(frames[0]) * per * conns / elapsed / 1e6}
+            elapsed, latencies = generate_connections(b.port, frames, conns, per)
+            out["connections"][conns] = {
+                "MBps": len(frames[0]) * per * conns / elapsed / 1e6,
+                "p50_ms": percentile_ms(latencies, 0.5),
+                "p99_ms": percentile_ms(latencies, 0.99),
+            }
     # lookup cost: index floor search + header scan, as the log grows (in-process, no network)
     from minibroker.storage import PartitionLog  # noqa: F401
     from minibroker.storage.log_manager import LogManager
@@ -1283,16 +1355,18 @@ def markdown(results: dict, opts) -> str:
         )
     if "scaling" in r:
         s = r["scaling"]
-        for k, v in s["partitions"].items():
-            row(
-                f"scaling: {k} partitions (raw)",
-                f"{v['MBps']:.0f} MB/s, ~{v['mean_request_ms']:.2f} ms/request",
-                "",
-                "",
-                "",
-            )
-        for k, v in s["connections"].items():
-            row(f"scaling: {k} connections (raw)", f"{v['MBps']:.0f} MB/s", "", "", "")
+        for what, label in (
+            ("partitions", "partitions, 5 requests in flight"),
+            ("connections", "connections, 1 in flight each"),
+        ):
+            for k, v in s[what].items():
+                row(
+                    f"scaling: {k} {label} (raw)",
+                    f"{v['MBps']:.0f} MB/s, request p50 {v['p50_ms']:.2f} ms, p99 {v['p99_ms']:.2f} ms",
+                    "",
+                    "",
+                    "",
+                )
         for k, v in s["lookup"].items():
             row(
                 f"lookup in a {k}-batch log",
