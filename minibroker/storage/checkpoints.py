@@ -67,13 +67,21 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomically(path: str, text: str, *, sync: bool = True) -> None:
-    # Unchanged content is not rewritten: a restart would otherwise pay several fsyncs for nothing.
+def write_atomically(path: str, text: str, *, sync: bool = True, empty: str | None = None) -> None:
+    """Replace ``path`` with ``text`` (temp file, fsync, rename, fsync dir).
+
+    Unchanged content is not rewritten: a restart would otherwise pay several fsyncs for nothing.
+    Nor is ``empty`` (the text a missing file reads as) written where no file exists yet, so a
+    new log dir starts without files that say nothing.
+    """
     try:
         with open(path, encoding="utf-8") as f:
             if f.read() == text:
                 return
-    except (FileNotFoundError, UnicodeDecodeError):
+    except FileNotFoundError:
+        if text == empty:
+            return
+    except UnicodeDecodeError:
         pass
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -115,11 +123,9 @@ def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
 
 
 def write_offset_checkpoint(path: str, offsets: dict[tuple[str, int], int], *, sync: bool = True) -> None:
-    if not offsets and not os.path.exists(path):
-        return  # reads the same as an empty one: a new log dir starts without two fsync pairs
     lines = ["0", str(len(offsets))]
     lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
-    write_atomically(path, "\n".join(lines) + "\n", sync=sync)
+    write_atomically(path, "\n".join(lines) + "\n", sync=sync, empty="0\n0\n")
 
 
 def read_epoch_checkpoint(path: str) -> list[tuple[int, int]]:

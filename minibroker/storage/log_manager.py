@@ -220,22 +220,9 @@ class LogManager:
         return {}
 
     def _write_topics_file(self) -> None:
-        if not self._topics and not any(os.path.exists(os.path.join(d, TOPICS_FILE)) for d in self.log_dirs):
-            return  # no file reads as no topics: a new log dir starts without the write and its fsyncs
-        doc = {
-            "version": 1,
-            "topics": {
-                name: {
-                    "topic_id": ckpt.uuid_to_str(info.id),
-                    "partitions": info.partitions,
-                    "configs": dict(sorted(info.configs.items())),
-                }
-                for name, info in sorted(self._topics.items())
-            },
-        }
-        text = json.dumps(doc, indent=1) + "\n"
-        for d in self.log_dirs:
-            ckpt.write_atomically(os.path.join(d, TOPICS_FILE), text)
+        text = _topics_text(self._topics)
+        for d in self.log_dirs:  # a missing file reads as no topics: none is written for none
+            ckpt.write_atomically(os.path.join(d, TOPICS_FILE), text, empty=_topics_text({}))
 
     # ---- queries ------------------------------------------------------------------------------
     @property
@@ -492,3 +479,18 @@ def _rmtree(path: str) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _topics_text(topics: Mapping[str, TopicInfo]) -> str:
+    doc = {
+        "version": 1,
+        "topics": {
+            name: {
+                "topic_id": ckpt.uuid_to_str(info.id),
+                "partitions": info.partitions,
+                "configs": dict(sorted(info.configs.items())),
+            }
+            for name, info in sorted(topics.items())
+        },
+    }
+    return json.dumps(doc, indent=1) + "\n"
