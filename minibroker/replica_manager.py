@@ -283,19 +283,18 @@ class ReplicaManager:
                 if not waiters:
                     self._waiters.pop(key, None)
 
-    async def wait_for_append(self, keys, seconds: float, watch: asyncio.Future | None = None) -> bool:
-        """Wait until any of ``keys`` gets an append (since ``watch`` was registered, when given),
-        or ``seconds`` pass; True when there was an append."""
-        fut = watch if watch is not None else self.watch_appends(keys)
+    async def wait_for_append(self, keys, watch: asyncio.Future, seconds: float) -> bool:
+        """Wait until ``watch`` (from ``watch_appends(keys)``) sees an append, or ``seconds`` pass;
+        True when there was an append. Unwatches either way."""
         try:
-            if fut.done():
+            if watch.done():
                 return True
             if seconds <= 0:
                 return False
             async with asyncio.timeout(seconds):
-                await fut
+                await watch
             return True
         except TimeoutError:
             return False
         finally:
-            self.unwatch(keys, fut)
+            self.unwatch(keys, watch)

@@ -221,7 +221,7 @@ async def _long_poll(plan: FetchPlan, deadline: float, min_bytes: int, responses
     try:
         while total < min_bytes:
             remaining = deadline - time.monotonic()
-            if not await replicas.wait_for_append(keys, remaining, watch):
+            if not await replicas.wait_for_append(keys, watch, remaining):
                 break
             responses, total = read_partitions(plan)
             watch = replicas.watch_appends(keys)
