@@ -15,7 +15,6 @@ from typing import NamedTuple
 
 from minibroker.coordinator.producer_state import ProducerStateTable, snapshot_files
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.records.framing import scan_entries
 
 log = logging.getLogger("minibroker.replica")
 append_log = logging.getLogger("minibroker.append")
@@ -109,32 +108,15 @@ class ReplicaManager:
             except (OSError, ValueError, struct.error) as e:
                 log.warning("ignoring producer snapshot %s: %s", path, e)
         replayed = 0
-        offset = start
-        while offset < plog.log_end_offset:
-            data = plog.read_bytes(offset, REPLAY_CHUNK)
-            if not data:
-                break
-            last = offset - 1
-            for entry in scan_entries(data):
-                last = entry.last_offset
-                if entry.magic != 2 or entry.last_offset < offset:
-                    continue
-                pid, epoch, base_seq = _PID_EPOCH_SEQ.unpack_from(data, entry.position + 43)
-                if pid >= 0 and base_seq >= 0:
-                    delta = entry.last_offset - entry.base_offset
-                    table.record(
-                        pid,
-                        epoch,
-                        base_seq,
-                        base_seq + delta,
-                        entry.base_offset,
-                        entry.last_offset,
-                        entry.max_timestamp,
-                    )
-                    replayed += 1
-            if last < offset:
-                break
-            offset = last + 1
+        for data, entry in plog.iter_entries(start, REPLAY_CHUNK):
+            if entry.magic != 2:
+                continue
+            pid, epoch, base_seq = _PID_EPOCH_SEQ.unpack_from(data, entry.position + 43)
+            if pid >= 0 and base_seq >= 0:
+                delta = entry.last_offset - entry.base_offset
+                table.record(pid, epoch, base_seq, base_seq + delta, entry.base_offset, entry.last_offset,
+                             entry.max_timestamp)
+                replayed += 1
         if replayed:
             log.debug("%s: producer state rebuilt from %d batches after offset %d", plog.dir, replayed, start)
         return table

@@ -79,24 +79,16 @@ class OffsetsTopic:
 
     def read_partition(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         """Every (key, value) of one partition from its log start to its current end, in order."""
-        from minibroker.records import iter_batches
+        from minibroker.records.batches import batch_at
 
         plog = self.broker.logs.get_log(OFFSETS_TOPIC, partition)
         if plog is None:
             return
-        offset, end = plog.log_start_offset, plog.log_end_offset
-        while offset < end:
-            data = plog.read_bytes(offset, READ_CHUNK)
-            if not data:
-                break
-            last = offset - 1
-            for batch in iter_batches(data):
-                last = batch.last_offset
-                if batch.is_control or batch.last_offset < offset:
-                    continue
-                for record in batch.records():
-                    if record.offset >= offset and record.key is not None:
-                        yield record.key, record.value
-            if last < offset:
-                break
-            offset = last + 1
+        start = plog.log_start_offset
+        for data, entry in plog.iter_entries(start, READ_CHUNK):
+            batch = batch_at(data, entry.position)
+            if batch.is_control:
+                continue
+            for record in batch.records():
+                if record.offset >= start and record.key is not None:
+                    yield record.key, record.value

@@ -19,11 +19,12 @@ import random
 import shutil
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.file_region import FileRegion
+from minibroker.records.framing import EntryInfo, scan_entries
 from minibroker.storage import checkpoints
 from minibroker.storage.segment import LogSegment
 from minibroker.storage.timestamps import record_at_or_after
@@ -512,6 +513,24 @@ class PartitionLog:
         coordinator loading ``__consumer_offsets``); b"" at the log end."""
         region = self.read(offset, max_bytes).region
         return region.read() if region is not None else b""
+
+    def iter_entries(self, start: int, chunk_bytes: int) -> Iterator[tuple[bytes, EntryInfo]]:
+        """(chunk, entry) for every entry holding offsets from ``start`` to the log end as it is
+        now, read ``chunk_bytes`` at a time: for internal readers (``__consumer_offsets`` loading,
+        producer-state replay). The first entry may begin before ``start``."""
+        offset, end = start, self._leo
+        while offset < end:
+            data = self.read_bytes(offset, chunk_bytes)
+            if not data:
+                return
+            last = offset - 1
+            for entry in scan_entries(data):
+                last = entry.last_offset
+                if last >= offset:
+                    yield data, entry
+            if last < offset:  # nothing whole in the chunk: stop rather than spin
+                return
+            offset = last + 1
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp >= ``timestamp`` at or after the
