@@ -153,6 +153,19 @@ def create_topic(port: int, name: str, partitions: int = 1, config: dict | None 
         raise RuntimeError(f"create {name}: error {code}")
 
 
+def frame_bounds(buf) -> tuple[list[tuple[int, int]], int]:
+    """(start, end) of the body of every whole size-prefixed frame at the front of ``buf``, and
+    how many bytes they take; the caller reads them in place, then drops that many bytes."""
+    pos, n, bounds = 0, len(buf), []
+    while n - pos >= 4:
+        size = struct.unpack_from(">i", buf, pos)[0]
+        if n - pos - 4 < size:
+            break
+        bounds.append((pos + 4, pos + 4 + size))
+        pos += 4 + size
+    return bounds, pos
+
+
 # ------------------------------------------------------------------------------------------------
 # ceilings: what the machine does with the same bytes and no Kafka
 
@@ -170,21 +183,17 @@ class _AppendCeiling(asyncio.Protocol):
     def data_received(self, data):
         buf = self.buf
         buf += data
-        pos = 0
-        n = len(buf)
-        out = []
-        while n - pos >= 4:
-            size = struct.unpack_from(">i", buf, pos)[0]
-            if n - pos - 4 < size:
-                break
-            os.write(self.fd, memoryview(buf)[pos + 4 : pos + 4 + size])
-            corr = buf[pos + 8 : pos + 12]
-            out.append(b"\x00\x00\x00\x0c" + bytes(corr) + b"\x00" * 8)
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+        bounds, used = frame_bounds(buf)
+        view = memoryview(buf)
+        out = [reply for start, end in bounds if (reply := self.answer(view[start:end]))]
+        view.release()
+        del buf[:used]
         if out:
             self.transport.write(b"".join(out))
+
+    def answer(self, frame: memoryview) -> bytes | None:
+        os.write(self.fd, frame)
+        return b"\x00\x00\x00\x0c" + frame[4:8].tobytes() + b"\x00" * 8
 
 
 class _SendfileCeiling(asyncio.Protocol):
@@ -206,15 +215,10 @@ class _SendfileCeiling(asyncio.Protocol):
     def data_received(self, data):
         buf = self.buf
         buf += data
-        pos = 0
-        while len(buf) - pos >= 4:
-            size = struct.unpack_from(">i", buf, pos)[0]
-            if len(buf) - pos - 4 < size:
-                break
-            corr, offset, want = struct.unpack_from(">iqi", buf, pos + 8)
-            self.queue.put_nowait((corr, offset, want))
-            pos += 4 + size
-        del buf[:pos]
+        bounds, used = frame_bounds(buf)
+        for start, _ in bounds:
+            self.queue.put_nowait(struct.unpack_from(">iqi", buf, start + 4))  # correlation id, offset, bytes
+        del buf[:used]
 
     async def _serve(self):
         loop = asyncio.get_running_loop()
@@ -240,27 +244,9 @@ class _KafkaAppendCeiling(_AppendCeiling):
         super().__init__(fd)
         self.port, self.partitions, self.next_offset = port, partitions, 0
 
-    def data_received(self, data):
-        buf = self.buf
-        buf += data
-        pos, n, out = 0, len(buf), []
-        while n - pos >= 4:
-            size = struct.unpack_from(">i", buf, pos)[0]
-            if n - pos - 4 < size:
-                break
-            frame = memoryview(buf)[pos + 4 : pos + 4 + size]
-            api_key, version, corr = self._H.unpack_from(frame, 0)
-            reply = (
-                self._produce(frame, version, corr) if api_key == 0 else self._admin(frame, api_key, version)
-            )
-            if reply:
-                out.append(reply)
-            frame.release()
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-        if out:
-            self.transport.write(b"".join(out))
+    def answer(self, frame: memoryview) -> bytes | None:
+        api_key, version, corr = self._H.unpack_from(frame, 0)
+        return self._produce(frame, version, corr) if api_key == 0 else self._admin(frame, api_key, version)
 
     def _produce(self, frame, version: int, corr: int) -> bytes | None:
         unpack = struct.unpack_from
@@ -441,19 +427,15 @@ def generate(
             if not chunk:
                 raise ConnectionError("closed")
             buf += chunk
-            pos = 0
-            while len(buf) - pos >= 4:
-                size = struct.unpack_from(">i", buf, pos)[0]
-                if len(buf) - pos - 4 < size:
-                    break
-                pos += 4 + size
+            bounds, used = frame_bounds(buf)
+            del buf[:used]
+            for _ in bounds:
                 if sent_at is not None:
                     latencies.append(time.perf_counter() - sent_at[got])
                 got += 1
                 with cv:
                     done[0] = got
                     cv.notify()
-            del buf[:pos]
 
     cv = threading.Condition()
     t = threading.Thread(target=reader, daemon=True)
@@ -502,8 +484,9 @@ def generate_connections(port: int, frames: list[bytes], conns: int, per_conn: i
             if not chunk:
                 raise ConnectionError("closed")
             st[0] += chunk
-            while len(st[0]) >= 4 and len(st[0]) >= 4 + struct.unpack_from(">i", st[0], 0)[0]:
-                del st[0][: 4 + struct.unpack_from(">i", st[0], 0)[0]]
+            bounds, used = frame_bounds(st[0])
+            del st[0][:used]
+            for _ in bounds:  # one request in flight: at most one answer
                 latencies.append(time.perf_counter() - st[2])
                 st[1] += 1
                 if st[1] < per_conn:
@@ -585,11 +568,7 @@ def _generator_main(args: list[str]) -> None:
     port, count, window, frame_file = int(args[1]), int(args[2]), int(args[3]), args[4]
     with open(frame_file, "rb") as f:
         blob = f.read()
-    frames, pos = [], 0
-    while pos < len(blob):
-        size = struct.unpack_from(">i", blob, pos)[0]
-        frames.append(blob[pos : pos + 4 + size])
-        pos += 4 + size
+    frames = [blob[start - 4 : end] for start, end in frame_bounds(blob)[0]]
     latencies: list[float] = []
     elapsed = generate(port, frames, count, window, latencies)
     print(
