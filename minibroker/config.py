@@ -1251,19 +1251,29 @@ def alter_topic_configs(current: Mapping[str, str],
         if op is AlterOp.SET:
             new[name] = value
             continue
-        if spec.type is not ConfigType.LIST:
-            verb = "append" if op is AlterOp.APPEND else "subtract"
-            raise KafkaError(ErrorCode.INVALID_CONFIG,
-                             f"Config value {verb} is not allowed for config key: {name}")
+        check_list_op(name, spec, op)
         items = parse_typed(ConfigType.LIST, new[name]) if name in new else list(spec.default)
-        changes = parse_typed(ConfigType.LIST, value)
-        if op is AlterOp.APPEND:
-            items += [c for c in changes if c not in items]
-        else:
-            items = [i for i in items if i not in changes]
-        new[name] = ",".join(items)
+        new[name] = apply_list_op(op, items, value)
     validate_topic_configs(new)
     return new
+
+
+def check_list_op(name: str, spec: ConfigKey | None, op: AlterOp) -> None:
+    """IncrementalAlterConfigs APPEND/SUBTRACT: Kafka allows them on list keys only."""
+    if spec is None or spec.type is not ConfigType.LIST:
+        verb = "append" if op is AlterOp.APPEND else "subtract"
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         f"Config value {verb} is not allowed for config key: {name}")
+
+
+def apply_list_op(op: AlterOp, items: list[str], value: str) -> str:
+    """``items`` with ``value`` (a comma list) appended (new entries only) or subtracted."""
+    changes = parse_typed(ConfigType.LIST, value)
+    if op is AlterOp.APPEND:
+        items = items + [c for c in changes if c not in items]
+    else:
+        items = [i for i in items if i not in changes]
+    return ",".join(items)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ from minibroker.config import (
     AlterOp,
     ConfigType,
     alter_topic_configs,
+    apply_list_op,
+    check_list_op,
     format_value,
     parse_typed,
 )
@@ -70,19 +72,9 @@ def _broker_layer(broker, per_broker: bool, ops) -> dict[str, str]:
         elif op is AlterOp.DELETE:
             layer.pop(name, None)
         else:
-            if spec is None or spec.type is not ConfigType.LIST:
-                verb = "append" if op is AlterOp.APPEND else "subtract"
-                raise KafkaError(
-                    ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}"
-                )
+            check_list_op(name, spec, op)
             current = layer.get(name, format_value(spec.type, broker.config[name]) or "")
-            items = parse_typed(ConfigType.LIST, current)
-            changes = parse_typed(ConfigType.LIST, value)
-            if op is AlterOp.APPEND:
-                items += [c for c in changes if c not in items]
-            else:
-                items = [i for i in items if i not in changes]
-            layer[name] = ",".join(items)
+            layer[name] = apply_list_op(op, parse_typed(ConfigType.LIST, current), value)
     return layer
 
 
