@@ -47,6 +47,14 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's timeout for a new member t
 E = ErrorCode
 
 
+MAX_STORED_STRING = 32767  # a string's int16 length in __consumer_offsets' keys and values
+
+
+def _storable(*strings: str | None) -> bool:
+    return all(s is None or len(s) * 3 <= MAX_STORED_STRING or len(s.encode("utf-8")) <= MAX_STORED_STRING
+               for s in strings)
+
+
 class JoinResult(NamedTuple):
     error: ErrorCode
     member_id: str
@@ -212,6 +220,8 @@ class GroupCoordinator:
     def _check_group_id(self, group_id: str | None, *, allow_empty: bool = False) -> None:
         if group_id is None or (not allow_empty and group_id == ""):
             raise KafkaError(E.INVALID_GROUP_ID, "The configured groupId is invalid.")
+        if not _storable(group_id):
+            raise KafkaError(E.INVALID_GROUP_ID, f"The group id is longer than {MAX_STORED_STRING} bytes.")
         if self.loading:
             raise KafkaError(E.COORDINATOR_LOAD_IN_PROGRESS)
 
@@ -238,6 +248,12 @@ class GroupCoordinator:
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms  # JoinGroup v0 has no rebalance timeout
         protocols = [(name, bytes(meta)) for name, meta in protocols]
+        # Strings the group's record in __consumer_offsets keeps (int16 lengths there): refused here
+        # rather than failing when the record is written (the fuzzer found that, mid-rebalance).
+        new_member_prefix = group_instance_id if group_instance_id is not None else client_id
+        if not (_storable(protocol_type, group_instance_id, *(n for n, _ in protocols))
+                and _storable((new_member_prefix or "") + "-" + "0" * 36)):  # prefix-uuid
+            return JoinResult(E.INVALID_REQUEST, member_id)
         unknown = member_id == ""
         group = self.groups.get(group_id)
         if group is None:
@@ -699,13 +715,16 @@ class GroupCoordinator:
         if group.is_fenced(member_id, group_instance_id):
             raise KafkaError(E.FENCED_INSTANCE_ID)
         if not (generation_id < 0 and group.is_(GroupState.EMPTY)):
-            if group.is_(GroupState.COMPLETING_REBALANCE):
-                raise KafkaError(E.REBALANCE_IN_PROGRESS)
+            # Kafka's ClassicGroup.validateOffsetCommit order: unknown member, then generation, then
+            # the state: a member of the previous generation gets ILLEGAL_GENERATION even while the
+            # group completes a rebalance, and rejoins instead of retrying the commit
             member = group.members.get(member_id)
             if member is None:
                 raise KafkaError(E.UNKNOWN_MEMBER_ID)
             if generation_id != group.generation_id:
                 raise KafkaError(E.ILLEGAL_GENERATION)
+            if group.is_(GroupState.COMPLETING_REBALANCE):
+                raise KafkaError(E.REBALANCE_IN_PROGRESS)
             self._schedule_heartbeat(group, member)
         errors: dict[tuple[str, int], ErrorCode] = {}
         entries = []

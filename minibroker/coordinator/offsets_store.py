@@ -63,10 +63,10 @@ class OffsetsTopic:
             return
         from minibroker.records import v2
 
-        self.ensure_topic()
         ts = int(time.time() * 1000)
         batch = v2.build_batch([(i, ts, key, value, ()) for i, (key, value) in enumerate(entries)])
         try:
+            self.ensure_topic()
             self.broker.replicas.append_records(OFFSETS_TOPIC, self.partition_for(group_id), batch,
                                                 _INTERNAL_PRODUCE_VERSION, from_client=False)
         except KafkaError as e:
@@ -75,6 +75,8 @@ class OffsetsTopic:
             if e.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
                           ErrorCode.INVALID_FETCH_SIZE):
                 raise KafkaError(ErrorCode.INVALID_COMMIT_OFFSET_SIZE, str(e)) from e
+            if e.code in (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER):
+                raise KafkaError(ErrorCode.NOT_COORDINATOR, str(e)) from e
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from e
 
     def read_partition(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:

@@ -232,14 +232,22 @@ class ProducerIdAllocator:
             pass
 
     def allocate(self) -> int:
+        """The next producer id; COORDINATOR_NOT_AVAILABLE (retriable) when a new block cannot be
+        reserved on disk (a full disk): an id handed out unreserved could be handed out again."""
         if self.next_id >= self.block_end:
-            self.block_end = self.next_id + self.BLOCK
+            block_end = self.next_id + self.BLOCK
             tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(f"{self.block_end}\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            try:
+                with open(tmp, "w") as f:
+                    f.write(f"{block_end}\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                log.error("cannot reserve producer ids in %s: %s", self.path, exc)
+                why = f"cannot reserve producer ids: {exc}"
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, why) from exc
+            self.block_end = block_end
         pid = self.next_id
         self.next_id += 1
         return pid

@@ -6,8 +6,9 @@ listing the asked partitions it holds (null topics = every partition) with their
 partitions that do not exist are left out, as Kafka does.
 Version notes: v2+ flexible; v3+ top-level error code; v4+ total and usable bytes of the file
 system holding each dir.
-Gaps: a log dir is never reported offline (KAFKA_STORAGE_ERROR 56); a missing dir makes the
-sizes -1 instead.
+A dir taken offline by a failed write (full disk, I/O error; docs/reliability.md) answers
+KAFKA_STORAGE_ERROR (56) with no topics, as Kafka answers for an offline dir; its partitions still
+serve reads. A missing dir makes the sizes -1.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from minibroker.errors import KafkaError
+from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 
@@ -49,7 +50,12 @@ def handle_describe_log_dirs(broker, header, request):
             )
         )
     results = []
+    offline = broker.logs.offline_dirs
     for d, topics in by_dir.items():
+        if d in offline:
+            results.append(Struct(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=d, total_bytes=-1,
+                                  usable_bytes=-1, topics=[]))
+            continue
         try:
             usage = shutil.disk_usage(d)
             total, usable = usage.total, usage.free

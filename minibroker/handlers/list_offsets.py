@@ -1,7 +1,8 @@
 """ListOffsets: v0-v10.
 
 Behaviour: -2 earliest = log start offset, -1 latest = log end offset (= last stable offset,
-no transactions), -3 max timestamp (v7+) = the entry holding the largest timestamp, -4 earliest
+no transactions), -3 max timestamp (v7+) = the record with the largest timestamp, the first one
+if several share it (as Kafka since KAFKA-16310; not the last offset of its batch), -4 earliest
 local (v8+) = log start offset, -5 last tiered (v9+) = -1 (no tiered storage); any other
 timestamp finds the first offset whose timestamp is >= it through the time indexes, or -1.
 v0 answers with an array of offsets (one, for the one asked). Leader epoch 0 in answers (v4+).

@@ -1,6 +1,7 @@
 """The broker: listeners, the log manager, coordinators, and an orderly start and stop.
 
-Owner of: the listening servers, the set of live connections and the background tasks.
+Owner of: the socket server (listeners, connection quotas, idle expiry), the set of live
+connections and the background tasks.
 Everything runs on one event loop; state has one owner each (logs: LogManager, groups:
 the group coordinator, producers: each partition's producer state).
 """
@@ -17,11 +18,18 @@ from typing import NamedTuple
 from minibroker.server.connection import KafkaConnection
 from minibroker.server.metrics import Metrics, StartupProgress
 from minibroker.server.metrics_http import start_metrics_http
-from minibroker.server.sockets import listen_socket
+from minibroker.server.sockets import Listener, SocketServer, listen_socket
 
 log = logging.getLogger("minibroker.broker")
 
-LISTEN_BACKLOG = 1024
+
+class ListenerBindError(OSError):
+    """A listener (or ``metrics.port``) could not be bound; the message names which, and the setting."""
+
+
+class LogDirError(OSError):
+    """The data directory cannot be created, locked or used; the message names ``log.dirs`` (or
+    ``log.dir``), where it was set, and the path."""
 
 
 class Endpoint(NamedTuple):
@@ -45,7 +53,8 @@ class Broker:
         self.fetch_sessions = None
         self.bound: list[Endpoint] = []
         self.advertised: list[Endpoint] = []
-        self._servers: list[asyncio.base_events.Server] = []
+        self.socket_server: SocketServer | None = None  # accepting, connection quotas, idle expiry
+        self._all_closed: asyncio.Event | None = None  # set in stop() once every connection is gone
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         self.started_at = 0.0
@@ -56,30 +65,58 @@ class Broker:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start in the order that keeps a failed start from touching the data: lock the log dirs,
+        bind every listener (and ``metrics.port``), and only then load and recover the logs, then
+        accept. A second broker on the same dirs, or a port in use, stops here with nothing written."""
         t0 = time.perf_counter()
         from minibroker.handlers import load_handlers
         from minibroker.storage import LogManager
 
         load_handlers()
         log_dirs = [self.config.data_dir]
-        for d in log_dirs:
-            os.makedirs(d, exist_ok=True)
-        self.load_dynamic_configs()  # before the logs, whose topic configs inherit from them
         self.logs = LogManager(log_dirs, self.config, self.node_id)
-        with StartupProgress("loading logs", log) as progress:  # a line every 5 s while recovery is slow
-            self.logs.load(progress=progress.update)
-        self._start_services()
-        max_request = self.config["socket.request.max.bytes"]
-        loop = asyncio.get_running_loop()
-        for name, host, port in self.config.listener_endpoints():
-            server = await loop.create_server(lambda name=name: KafkaConnection(self, max_request, name),
-                                              sock=listen_socket(host, port, LISTEN_BACKLOG),
-                                              backlog=LISTEN_BACKLOG)
-            self._servers.append(server)
-            sock_port = server.sockets[0].getsockname()[1]
-            self.bound.append(Endpoint(name, host, sock_port))
-        self.advertised = self._advertised_endpoints()
-        self.metrics_http = await start_metrics_http(self)  # /metrics, only when metrics.port is set
+        try:
+            self.logs.lock()  # raises LogDirLockedError naming the dir and the holder's pid
+        except OSError as exc:  # missing and uncreatable, a file, read-only, no permission
+            raise self._log_dir_error(exc) from exc
+        listening: list[tuple[str, str, socket.socket]] = []  # bound, not yet handed to a server
+        metrics_sock = None
+        backlog = self.config["socket.listen.backlog.size"]
+        recv_buffer = self.config["socket.receive.buffer.bytes"]
+        try:
+            for name, host, port in self.config.listener_endpoints():
+                listening.append((name, host, self._bind(name, host, port, backlog, recv_buffer,
+                                                         setting=self._setting("listeners"))))
+            metrics_port = self.config["metrics.port"]
+            metrics_host = listening[0][1] if listening else ""
+            if metrics_port is not None:
+                metrics_sock = self._bind("metrics.port", metrics_host, metrics_port, 128,
+                                          setting=self._setting("metrics.port"))
+            self.load_dynamic_configs()  # before the logs, whose topic configs inherit from them
+            with StartupProgress("loading logs", log) as progress:  # a line every 5 s while recovery is slow
+                try:
+                    self.logs.load(progress=progress.update)
+                except LogDirError:
+                    raise
+                except OSError as exc:  # e.g. a read-only dir: meta.properties cannot be written
+                    raise self._log_dir_error(exc) from exc
+            self._start_services()
+            self.socket_server = SocketServer(self, self.config)
+            self.socket_server.start([Listener(name, sock) for name, _, sock in listening])
+            self.bound = [Endpoint(name, host, sock.getsockname()[1]) for name, host, sock in listening]
+            listening.clear()  # the socket server owns them now
+            self.advertised = self._advertised_endpoints()
+            if metrics_sock is not None:
+                sock, metrics_sock = metrics_sock, None
+                self.metrics_http = await start_metrics_http(self, metrics_host, sock)
+        except BaseException:
+            for sock in [s for _, _, s in listening] + [metrics_sock]:
+                if sock is not None:
+                    sock.close()
+            if self.socket_server is not None:
+                self.socket_server.close()
+            self.logs.close()  # releases the locks; writes nothing if the logs never loaded
+            raise
         self.logs.start_retention()
         self.started_at = time.time()
         self.ready.set()
@@ -88,6 +125,43 @@ class Broker:
                  ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in self.bound),
                  ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in self.advertised),
                  ", ".join(log_dirs), (time.perf_counter() - t0) * 1000)
+
+    def _setting(self, key: str) -> str:
+        """``setting listeners (from --override)``: which config key, and where it was set."""
+        source = self.config.source_of(key)
+        if source == "env":
+            from minibroker.config import key_to_env_var
+
+            where = f"environment {key_to_env_var(key)}"
+            if key == "listeners" and "KAFKA_LISTENERS" not in os.environ:
+                where = "environment, derived from KAFKA_ADVERTISED_LISTENERS"
+        else:
+            where = {"file": "the config file", "override": "--override",
+                     "default": "the default"}.get(source, source)
+        return f"setting {key}, from {where}"
+
+    def _log_dir_error(self, exc: OSError) -> LogDirError:
+        config = self.config
+        key = "log.dirs" if (config.source_of("log.dirs") != "default"
+                             or config.source_of("log.dir") == "default") else "log.dir"
+        path = os.path.abspath(config.data_dir)
+        detail = exc.strerror or str(exc)
+        if os.path.exists(path) and not os.path.isdir(path):
+            detail = "a file is there, not a directory"
+        elif exc.filename and os.path.abspath(str(exc.filename)) != path:
+            detail += f" ({exc.filename})"
+        return LogDirError(f"cannot use data directory {path} ({self._setting(key)}): {detail}; "
+                           f"point {key} at a directory this user can create and write")
+
+    @staticmethod
+    def _bind(name: str, host: str, port: int, backlog: int, recv_buffer: int = -1, *,
+              setting: str = "") -> socket.socket:
+        try:
+            return listen_socket(host, port, backlog, recv_buffer)
+        except OSError as exc:
+            what = f"metrics.port {host}:{port}" if name == "metrics.port" else f"listener {name}://{host}:{port}"
+            where = f" ({setting})" if setting else ""
+            raise ListenerBindError(f"cannot bind {what}{where}: {exc.strerror or exc}") from exc
 
     # Dynamic broker configs (AlterConfigs on the broker resource) survive restarts, as Kafka keeps
     # them in its metadata: here a JSON file at the log dir root, rewritten on every change.
@@ -152,19 +226,23 @@ class Broker:
         if self._stopping:
             return
         self._stopping = True
-        for server in self._servers:
-            server.close()
+        if self.socket_server is not None:
+            self.socket_server.close()
         in_flight = [c.in_flight for c in self.connections if c.in_flight is not None]
         if in_flight:  # let requests being answered finish, briefly
             await asyncio.wait(in_flight, timeout=0.5)
         for conn in list(self.connections):
             conn.close()
-        for server in self._servers:
+        if self.connections:  # transports flush what they hold, briefly, then go
+            self._all_closed = asyncio.Event()
             try:
                 async with asyncio.timeout(0.5):
-                    await server.wait_closed()
+                    await self._all_closed.wait()
             except TimeoutError:
                 pass
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -191,6 +269,10 @@ class Broker:
         self._close_hooks.append(hook)
 
     def connection_closed(self, conn: KafkaConnection) -> None:
+        if self.socket_server is not None:
+            self.socket_server.release(conn)
+        if self._all_closed is not None and not self.connections:
+            self._all_closed.set()
         if self.fetch_sessions is not None:
             self.fetch_sessions.connection_closed(conn)
 

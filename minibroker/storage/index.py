@@ -19,6 +19,7 @@ Not thread-safe: the owning ``LogSegment`` is the only caller.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -33,40 +34,90 @@ class CorruptIndexError(Exception):
 
 
 class _MmapIndex:
-    """Fixed-size entries in a preallocated, memory-mapped file; searched as largest lower bound."""
+    """Fixed-size entries in a preallocated file, searched through a read-only memory map as
+    largest lower bound.
+
+    Entries are written with ``pwrite``, never through the map: a store into a page of a sparse
+    file that the file system cannot back (a full disk) would kill the process with SIGBUS,
+    where ``pwrite`` answers ENOSPC. The map shares the page cache with ``pwrite``, so what is
+    written is what lookups see; lookups only read slots below ``entries``, all written.
+
+    ``in_memory``: the entries live in anonymous memory, loaded from the file and never written
+    back: an index for a log dir that cannot be written (a full or failed disk), rebuilt or
+    read without touching it.
+    """
 
     ENTRY = struct.Struct(">ii")  # overridden
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int, *, writable: bool):
+    def __init__(self, path: str, base_offset: int, max_index_size: int, *, writable: bool,
+                 in_memory: bool = False):
         self.path = path
         self.base_offset = base_offset
         self._entry_size = self.ENTRY.size
         self._max_size = max(self._entry_size, max_index_size - max_index_size % self._entry_size)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._in_memory = in_memory
+        if in_memory:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                fd = -1
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            length = os.fstat(fd).st_size
+            length = os.fstat(fd).st_size if fd >= 0 else 0
             self._fd = fd
             self.entries = length // self._entry_size
             self._length = length
             self._mm: mmap.mmap | None = None
-            if writable:
+            if in_memory:
+                self._load_into_memory(length)
+            elif writable:
                 self._remap(max(self._max_size, self.entries * self._entry_size))
             else:
                 self._remap(length)
         except BaseException:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
             raise
 
     # ---- file mapping -------------------------------------------------------------------------
+    def _load_into_memory(self, length: int) -> None:
+        size = max(self._max_size, length, self._entry_size)
+        self._mm = mmap.mmap(-1, size)
+        done = 0
+        while done < length:
+            chunk = os.pread(self._fd, min(1 << 20, length - done), done)
+            if not chunk:
+                break
+            self._mm[done : done + len(chunk)] = chunk
+            done += len(chunk)
+        self.entries = done // self._entry_size
+        self._file_length = length
+        self._length = size
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
+
     def _remap(self, length: int) -> None:
-        if self._mm is not None:
-            self._mm.close()
+        """Make the file ``length`` bytes (growing it sparse, shrinking it to its entries) and map it."""
+        if self._in_memory:  # nothing on disk changes; the anonymous map grows when it must
+            if length > len(self._mm):
+                grown = mmap.mmap(-1, length)
+                grown[: len(self._mm)] = self._mm[:]
+                self._mm.close()
+                self._mm = grown
+            self._length = length
+            return
+        current = os.fstat(self._fd).st_size
+        if length < current and self._mm is not None:
+            self._mm.close()  # never keep a map past the file's end
             self._mm = None
-        if length != os.fstat(self._fd).st_size:
+        if length != current:
             os.ftruncate(self._fd, length)
+        old, self._mm = self._mm, mmap.mmap(self._fd, length, access=mmap.ACCESS_READ) if length > 0 else None
+        if old is not None:
+            old.close()
         self._length = length
-        if length > 0:
-            self._mm = mmap.mmap(self._fd, length)
 
     @property
     def max_entries(self) -> int:
@@ -99,17 +150,35 @@ class _MmapIndex:
             self._remap(self._max_size)
 
     def flush(self) -> None:
-        if self._mm is not None:
-            self._mm.flush()
+        if self._fd >= 0:
+            os.fsync(self._fd)
+
+    def _file_size(self) -> int:
+        return self._file_length if self._in_memory else os.fstat(self._fd).st_size
+
+    def check_written(self) -> None:
+        """A trimmed index has no holes. One with unwritten (sparse) pages was still preallocated
+        when the broker stopped: its length says nothing about its entries, and reading a hole
+        through the map could fault on a full disk. Cheap: one ``lseek``."""
+        if self._fd < 0 or self._in_memory:
+            return
+        length = os.fstat(self._fd).st_size
+        if not length:
+            return
+        try:
+            hole = os.lseek(self._fd, 0, os.SEEK_HOLE)
+        except OSError:  # a file system without SEEK_HOLE: no way to tell, the other checks decide
+            return
+        if hole < length:
+            raise CorruptIndexError(f"{self.path}: unwritten from byte {hole} of {length} (never trimmed)")
 
     def close(self) -> None:
-        if self._fd < 0:
-            return
         if self._mm is not None:
             self._mm.close()
             self._mm = None
-        os.close(self._fd)
-        self._fd = -1
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __del__(self) -> None:
         try:
@@ -135,7 +204,11 @@ class _MmapIndex:
     def _write(self, a: int, b: int) -> None:
         if self.is_full:
             raise OverflowError(f"index {self.path} is full ({self.entries} entries)")
-        self.ENTRY.pack_into(self._mm, self.entries * self._entry_size, a, b)
+        position = self.entries * self._entry_size
+        if self._in_memory:
+            self.ENTRY.pack_into(self._mm, position, a, b)
+        elif os.pwrite(self._fd, self.ENTRY.pack(a, b), position) != self._entry_size:
+            raise OSError(errno.ENOSPC, f"short write to {self.path}")
         self.entries += 1
 
     def _largest_lower_bound(self, target: int, column: int, strict: bool = False) -> int:
@@ -204,8 +277,10 @@ class OffsetIndex(_MmapIndex):
         self.entries = self._largest_lower_bound(position, 1, strict=True) + 1
 
     def sanity_check(self, log_size: int) -> None:
-        """Cheap checks (no full scan): size a whole number of entries, last entry inside the log."""
-        if os.fstat(self._fd).st_size % self._entry_size:
+        """Cheap checks (no full scan): no unwritten pages, size a whole number of entries, last
+        entry inside the log."""
+        self.check_written()
+        if self._file_size() % self._entry_size:
             raise CorruptIndexError(f"{self.path}: size is not a multiple of {self._entry_size}")
         if self.entries:
             first_rel, _ = self._entry(0)
@@ -263,7 +338,8 @@ class TimeIndex(_MmapIndex):
         self.entries = n
 
     def sanity_check(self, next_offset: int) -> None:
-        if os.fstat(self._fd).st_size % self._entry_size:
+        self.check_written()
+        if self._file_size() % self._entry_size:
             raise CorruptIndexError(f"{self.path}: size is not a multiple of {self._entry_size}")
         if self.entries:
             first_ts, first_rel = self._entry(0)

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import checkpoints as ckpt
+from minibroker.storage.dir_lock import LogDirLock
 from minibroker.storage.partition_log import PartitionLog
 from minibroker.storage.topic_config import broker_setting, effective_topic_config
 
@@ -63,7 +64,29 @@ class LogManager:
         self._dir_of: dict[tuple[str, int], str] = {}
         self._task: asyncio.Task | None = None
         self._loaded = False
+        self._locks: list[LogDirLock] = []
         self.had_clean_shutdown = False
+        # Log dirs a write failed in (full disk, I/O error, read-only file system) -> why. Their
+        # partitions answer KAFKA_STORAGE_ERROR to appends and keep serving reads, until a restart.
+        self.offline_dirs: dict[str, str] = {}
+
+    # ---- locking ------------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Take the ``.lock`` of every log dir (creating missing dirs), before anything else is
+        read or written there; raises ``LogDirLockedError`` naming the dir (and holder's pid) when
+        another broker has one. Released by ``close()``."""
+        try:
+            for d in self.log_dirs:
+                os.makedirs(d, exist_ok=True)
+                self._locks.append(LogDirLock(d).acquire())
+        except BaseException:
+            self.unlock()
+            raise
+
+    def unlock(self) -> None:
+        for held in self._locks:
+            held.release()
+        self._locks = []
 
     # ---- loading ------------------------------------------------------------------------------
     def load(self, progress=None) -> None:
@@ -96,9 +119,12 @@ class LogManager:
             path = os.path.join(d, ckpt.META_PROPERTIES)
             props = ckpt.read_properties(path)
             if props is None or props.get("cluster.id") != self._cluster_id:
-                ckpt.write_properties(
-                    path, {"cluster.id": self._cluster_id, "node.id": str(self.node_id), "version": "1"}
-                )
+                try:
+                    ckpt.write_properties(
+                        path, {"cluster.id": self._cluster_id, "node.id": str(self.node_id), "version": "1"}
+                    )
+                except OSError as exc:
+                    self.dir_failed(d, exc, "writing meta.properties")
 
         self._topics = self._read_topics_file()
         clean_dirs = {d: os.path.exists(os.path.join(d, ckpt.CLEAN_SHUTDOWN_FILE)) for d in self.log_dirs}
@@ -145,17 +171,9 @@ class LogManager:
                 if partition >= info.partitions:
                     log.warning("ignoring stray partition dir %s", full)
                     continue
-                plog = PartitionLog.open(
-                    full,
-                    topic,
-                    partition,
-                    info.id,
-                    self.effective_config(topic),
-                    log_start_offset=starts.get((topic, partition), 0),
-                    recovery_point=recovery.get((topic, partition), 0),
-                    clean=clean_dirs[d],
-                    clock=self._clock,
-                )
+                plog = self._open_log(d, full, topic, partition, info, starts, recovery, clean_dirs[d])
+                if plog is None:
+                    continue
                 self._register(plog, d)
                 opened += 1
                 if progress is not None:  # e.g. the broker's startup progress line
@@ -164,14 +182,20 @@ class LogManager:
             for partition in range(info.partitions):
                 if (topic, partition) not in self._logs:
                     log.warning("partition %s-%d had no directory; creating it empty", topic, partition)
-                    self._create_log(topic, partition, info)
-        self._write_topics_file()
+                    try:
+                        self._create_log(topic, partition, info)
+                    except KafkaError as exc:  # no log dir to create it in
+                        log.error("partition %s-%d is not served: %s", topic, partition, exc.message)
+        self._try_write_topics_file()
         self.write_checkpoints()
         for d in self.log_dirs:
             marker = os.path.join(d, ckpt.CLEAN_SHUTDOWN_FILE)
             if os.path.exists(marker):
-                os.unlink(marker)
-                ckpt.fsync_dir(d)
+                try:
+                    os.unlink(marker)
+                    ckpt.fsync_dir(d)
+                except OSError as exc:
+                    self.dir_failed(d, exc, "removing the clean-shutdown marker")
         self._loaded = True
         log.info(
             "loaded %d partitions of %d topics from %s in %.3f s (%s shutdown)",
@@ -185,6 +209,54 @@ class LogManager:
             if self.had_clean_shutdown
             else "unclean",
         )
+
+    def _open_log(self, d, full, topic, partition, info, starts, recovery, clean) -> PartitionLog | None:
+        """Open (recovering if need be) one partition. A write that fails on the way (a full
+        disk cannot take a rebuilt index) takes the dir offline, and the partition is opened
+        read-only instead: indexes in memory, a damaged tail left on disk but not served."""
+        kwargs = dict(
+            log_start_offset=starts.get((topic, partition), 0),
+            recovery_point=recovery.get((topic, partition), 0),
+            clean=clean,
+            clock=self._clock,
+        )
+        config = self.effective_config(topic)
+        if d not in self.offline_dirs:
+            try:
+                return PartitionLog.open(full, topic, partition, info.id, config, **kwargs)
+            except OSError as exc:
+                self.dir_failed(d, exc, f"opening {topic}-{partition}")
+        try:
+            plog = PartitionLog.open(full, topic, partition, info.id, config, read_only=True, **kwargs)
+        except OSError as exc:
+            log.error("partition %s-%d is not served: %s cannot be read: %s", topic, partition, full, exc)
+            return None
+        plog.offline_reason = self.offline_dirs[d]
+        log.warning("%s-%d: opened read-only (indexes in memory, nothing written)", topic, partition)
+        return plog
+
+    def dir_failed(self, d: str, exc: BaseException, doing: str) -> None:
+        """A write in log dir ``d`` failed: take it offline (appends to its partitions answer
+        KAFKA_STORAGE_ERROR, reads go on) until the broker restarts, as Kafka does."""
+        first = d not in self.offline_dirs
+        if first:
+            self.offline_dirs[d] = f"log dir {d} is offline: {doing}: {exc}"
+        reason = self.offline_dirs[d]
+        for key, plog in self._logs.items():
+            if self._dir_of[key] == d:
+                plog.offline_reason = reason
+        if first:
+            log.error(
+                "%s. Appends to its partitions answer KAFKA_STORAGE_ERROR and reads are still served "
+                "until the broker is restarted (free space first)",
+                reason,
+            )
+
+    def _storage_error_from(self, plog: PartitionLog, exc: BaseException) -> None:
+        """PartitionLog's hook: a write in its directory failed."""
+        d = self._dir_of.get((plog.topic, plog.partition))
+        if d is not None:
+            self.dir_failed(d, exc, f"writing {plog.topic}-{plog.partition}")
 
     @staticmethod
     def _read_checkpoint(path: str) -> dict[tuple[str, int], int]:
@@ -220,9 +292,23 @@ class LogManager:
         return {}
 
     def _write_topics_file(self) -> None:
+        """Every online dir's copy; raises KAFKA_STORAGE_ERROR when none could be written."""
         text = _topics_text(self._topics)
+        written = 0
         for d in self.log_dirs:  # a missing file reads as no topics: none is written for none
-            ckpt.write_atomically(os.path.join(d, TOPICS_FILE), text, empty=_topics_text({}))
+            if d in self.offline_dirs:
+                continue
+            try:
+                ckpt.write_atomically(os.path.join(d, TOPICS_FILE), text, empty=_topics_text({}))
+                written += 1
+            except OSError as exc:
+                self.dir_failed(d, exc, f"writing {TOPICS_FILE}")
+        if not written:
+            raise self._no_writable_dir()
+
+    def _no_writable_dir(self) -> KafkaError:
+        why = "; ".join(self.offline_dirs.values())
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"no log dir can be written: {why}")
 
     # ---- queries ------------------------------------------------------------------------------
     @property
@@ -292,10 +378,17 @@ class LogManager:
         if partitions < 1:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, "the number of partitions must be at least 1")
         info = TopicInfo(topic_id or ckpt.random_uuid(), partitions, self._validated(configs))
+        self._online_dirs()  # fail before anything changes when no dir can take it
         self._topics[name] = info
-        self._write_topics_file()
-        for partition in range(partitions):
-            self._create_log(name, partition, info)
+        try:
+            self._write_topics_file()
+            for partition in range(partitions):
+                self._create_log(name, partition, info)
+        except KafkaError:
+            self._undo_partitions(name, 0, partitions)
+            del self._topics[name]
+            self._try_write_topics_file()
+            raise
         self.write_checkpoints()
         return info
 
@@ -306,19 +399,43 @@ class LogManager:
                 ErrorCode.INVALID_PARTITIONS,
                 f"topic {name!r} has {info.partitions} partitions; {new_total} would not add any",
             )
-        old = info.partitions
+        old_info, old = info, info.partitions
+        self._online_dirs()
         info = info._replace(partitions=new_total)
         self._topics[name] = info
-        self._write_topics_file()
-        for partition in range(old, new_total):
-            self._create_log(name, partition, info)
+        try:
+            self._write_topics_file()
+            for partition in range(old, new_total):
+                self._create_log(name, partition, info)
+        except KafkaError:
+            self._undo_partitions(name, old, new_total)
+            self._topics[name] = old_info
+            self._try_write_topics_file()
+            raise
         self.write_checkpoints()
         return info
+
+    def _undo_partitions(self, name: str, start: int, end: int) -> None:
+        for partition in range(start, end):
+            plog = self._logs.pop((name, partition), None)
+            self._dir_of.pop((name, partition), None)
+            if plog is not None:
+                plog.delete()
+
+    def _try_write_topics_file(self) -> None:
+        try:
+            self._write_topics_file()
+        except KafkaError:
+            pass  # the dirs are offline; a restart reads the file as it was last written
 
     def delete_topic(self, name: str) -> None:
         info = self._topic(name)
         del self._topics[name]
-        self._write_topics_file()
+        try:
+            self._write_topics_file()
+        except KafkaError:
+            self._topics[name] = info
+            raise
         for partition in range(info.partitions):
             plog = self._logs.pop((name, partition), None)
             self._dir_of.pop((name, partition), None)
@@ -329,9 +446,14 @@ class LogManager:
     def alter_topic_configs(self, name: str, configs: Mapping[str, Any]) -> TopicInfo:
         """Replace the topic's overrides with ``configs`` (None values are dropped), persist them
         and apply them to its live logs."""
-        info = self._topic(name)._replace(configs=self._validated(configs))
+        old = self._topic(name)
+        info = old._replace(configs=self._validated(configs))
         self._topics[name] = info
-        self._write_topics_file()
+        try:
+            self._write_topics_file()
+        except KafkaError:
+            self._topics[name] = old
+            raise
         effective = self.effective_config(name)
         for partition in range(info.partitions):
             self._logs[(name, partition)].update_config(effective)
@@ -343,19 +465,29 @@ class LogManager:
         except KeyError:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}") from None
 
+    def _online_dirs(self) -> list[str]:
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise self._no_writable_dir()
+        return online
+
     def _create_log(self, topic: str, partition: int, info: TopicInfo) -> PartitionLog:
-        counts = {d: 0 for d in self.log_dirs}
+        """A new partition in the online dir holding the fewest; KAFKA_STORAGE_ERROR (and that dir
+        offline) when its files cannot be created."""
+        online = self._online_dirs()
+        counts = {d: 0 for d in online}
         for d in self._dir_of.values():
-            counts[d] += 1
-        d = min(self.log_dirs, key=lambda x: counts[x])
-        plog = PartitionLog.create(
-            os.path.join(d, f"{topic}-{partition}"),
-            topic,
-            partition,
-            info.id,
-            self.effective_config(topic),
-            clock=self._clock,
-        )
+            if d in counts:
+                counts[d] += 1
+        d = min(online, key=lambda x: counts[x])
+        full = os.path.join(d, f"{topic}-{partition}")
+        try:
+            config = self.effective_config(topic)
+            plog = PartitionLog.create(full, topic, partition, info.id, config, clock=self._clock)
+        except OSError as exc:
+            self.dir_failed(d, exc, f"creating {topic}-{partition}")
+            _rmtree(full)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, self.offline_dirs[d]) from exc
         self._register(plog, d)
         return plog
 
@@ -364,6 +496,7 @@ class LogManager:
         self._logs[key] = plog
         self._dir_of[key] = log_dir
         plog.on_log_start_offset_change = self._start_offset_changed
+        plog.on_storage_error = self._storage_error_from
 
     def _start_offset_changed(self, plog: PartitionLog) -> None:
         d = self._dir_of.get((plog.topic, plog.partition))
@@ -372,8 +505,13 @@ class LogManager:
 
     # ---- checkpoints and upkeep ---------------------------------------------------------------
     def _write_dir_checkpoint(self, d: str, name: str, value) -> None:
+        if d in self.offline_dirs:
+            return  # its checkpoints stay as last written: a restart recovers from there
         offsets = {key: value(plog) for key, plog in self._logs.items() if self._dir_of[key] == d}
-        ckpt.write_offset_checkpoint(os.path.join(d, name), offsets)
+        try:
+            ckpt.write_offset_checkpoint(os.path.join(d, name), offsets)
+        except OSError as exc:
+            self.dir_failed(d, exc, f"writing {name}")
 
     def write_checkpoints(self) -> None:
         """Recovery points and log start offsets of every partition, one file pair per log dir."""
@@ -392,16 +530,25 @@ class LogManager:
         return deleted
 
     async def flush_sealed_segments(self) -> None:
-        """fsync rolled segments in a worker thread, then advance the recovery points."""
+        """fsync rolled segments in a worker thread, then advance the recovery points. The
+        partition directory is fsynced too: a roll created files there (as Kafka flushes the dir
+        after a roll), so their entries survive a power loss."""
         work = [(plog, plog.sealed_unflushed()) for plog in self.logs()]
         work = [(plog, segs) for plog, segs in work if segs]
         if not work:
             return
         files = [seg.file for _, segs in work for seg in segs if seg.file is not None]
-        await asyncio.to_thread(_fsync_files, files)
+        dirs = [plog.directory for plog, _ in work]
+        failed = await asyncio.to_thread(_fsync_files, files, dirs)
         for plog, segs in work:
-            if not plog.closed:
-                plog.mark_flushed(segs)
+            bad = [f for f in [seg.file for seg in segs] + [plog.directory] if f in failed]
+            if bad:
+                self._storage_error_from(plog, failed[bad[0]])
+            elif not plog.closed:
+                try:
+                    plog.mark_flushed(segs)
+                except OSError as exc:
+                    self._storage_error_from(plog, exc)
 
     def start_retention(self, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task:
         """Start the background upkeep task (see the module docstring); returns it."""
@@ -449,30 +596,51 @@ class LogManager:
             self._task.cancel()
             self._task = None
         if not self._loaded:
+            self.unlock()
             return
-        failed = False
         for plog in self.logs():
             try:
                 plog.close()
+            except OSError as exc:
+                self._storage_error_from(plog, exc)
             except Exception:
-                failed = True
+                self._storage_error_from(plog, RuntimeError("closing failed"))
                 log.exception("closing %s failed", plog)
         self.write_checkpoints()
-        if not failed:
-            for d in self.log_dirs:
+        for d in self.log_dirs:  # an offline dir was not closed cleanly: its next start recovers
+            if d in self.offline_dirs:
+                continue
+            try:
                 with open(os.path.join(d, ckpt.CLEAN_SHUTDOWN_FILE), "w") as f:
                     f.flush()
                     os.fsync(f.fileno())
                 ckpt.fsync_dir(d)
+            except OSError as exc:
+                log.error("could not mark %s cleanly shut down: %s", d, exc)
         self._loaded = False
+        self.unlock()
 
 
-def _fsync_files(files) -> None:
+def _fsync_files(files, dirs=()) -> dict:
+    """fsync each file, then each directory; returns {file or dir: OSError} for those that failed
+    (an fsync error means the data may not be on disk: the segment stays unflushed and its dir
+    goes offline)."""
+    failed = {}
     for f in files:
         try:
             os.fsync(f.fileno())
-        except (OSError, ValueError):
-            pass
+        except ValueError:
+            pass  # closed since (deleted by retention): nothing left to flush
+        except OSError as exc:
+            failed[f] = exc
+    for d in dirs:
+        try:
+            ckpt.fsync_dir(d)
+        except FileNotFoundError:
+            pass  # deleted since
+        except OSError as exc:
+            failed[d] = exc
+    return failed
 
 
 def _rmtree(path: str) -> None:

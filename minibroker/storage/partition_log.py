@@ -13,6 +13,7 @@ the high watermark is the LEO. Leader epoch is always 0; ``leader-epoch-checkpoi
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import random
@@ -27,7 +28,7 @@ from minibroker.file_region import FileRegion
 from minibroker.records.framing import EntryInfo, scan_entries
 from minibroker.storage import checkpoints
 from minibroker.storage.segment import LogSegment
-from minibroker.storage.timestamps import record_at_or_after
+from minibroker.storage.timestamps import offset_of_max_timestamp, record_at_or_after
 
 __all__ = ["FetchSlice", "PartitionLog"]
 
@@ -84,6 +85,11 @@ class PartitionLog:
         self._last_flush_ms = self._now_ms()
         self._roll_jitter: dict[int, int] = {}
         self.on_log_start_offset_change: Callable[[PartitionLog], None] | None = None
+        # A write in this log's dir failed (see LogManager.dir_failed): appends answer
+        # KAFKA_STORAGE_ERROR with this reason; reads go on.
+        self.offline_reason: str | None = None
+        self.on_storage_error: Callable[[PartitionLog, BaseException], None] | None = None
+        self.read_only = False  # opened without writing its dir (indexes in memory)
         self.closed = False
         self.deleted = False
         self.update_config(config)
@@ -139,19 +145,31 @@ class PartitionLog:
         log_start_offset: int = 0,
         recovery_point: int = 0,
         clean: bool = False,
+        read_only: bool = False,
         clock=time.time,
     ) -> PartitionLog:
-        """Load an existing partition directory.
+        """Load an existing partition directory, following Kafka's LogLoader (docs/storage.md,
+        "Recovery").
 
-        ``clean``: the last shutdown left the clean marker, so segments are trusted after an
-        index sanity check. Otherwise every segment that may hold offsets >= ``recovery_point`` (and
-        always the last one) is re-read: sizes, offsets and CRCs checked, a bad tail truncated,
-        later segments dropped, indexes rebuilt. A segment whose index fails its check is rebuilt
-        in either case.
+        Segments "unflushed" are those that may hold offsets >= ``recovery_point``: the one holding
+        it and every later one (so always the last). After an unclean shutdown (``clean`` False)
+        each unflushed segment is re-read (sizes, offsets, CRCs; a bad tail truncated, indexes
+        rebuilt), and the first one that has to be truncated ends the log: the unflushed segments
+        after it are deleted, as in Kafka's ``recoverLog``. Every other segment (all of them after a
+        clean shutdown) is trusted after cheap checks (``_load_trusted``); one that fails them is
+        re-read and truncated at its own first bad entry, and later segments are kept, as in
+        Kafka's ``loadSegmentFiles``: such a middle segment stays sealed and leaves a gap that reads
+        skip. Every loss is logged at WARNING with its offset range, as are gaps between segments,
+        a first segment above the checkpointed log start, and a log ending below the recovery
+        point (segment files lost while the broker ran).
+
+        ``read_only``: for a log dir that cannot be written (a full disk): nothing in the directory
+        is changed. Indexes are read or rebuilt in memory, a damaged tail is left on disk but not
+        served, nothing is deleted; the log serves reads and refuses appends.
         """
         name = f"{topic}-{partition}"
         meta_path = os.path.join(directory, checkpoints.PARTITION_METADATA)
-        if checkpoints.read_partition_metadata(meta_path) != topic_id:
+        if not read_only and checkpoints.read_partition_metadata(meta_path) != topic_id:
             checkpoints.write_partition_metadata(meta_path, topic_id)
         index_bytes = int(config["segment.index.bytes"])
         interval = int(config["index.interval.bytes"])
@@ -159,24 +177,30 @@ class PartitionLog:
         for fname in os.listdir(directory):
             stem, ext = os.path.splitext(fname)
             if ext in (".deleted", ".cleaned", ".swap", ".tmp"):
-                _remove(os.path.join(directory, fname))
+                if not read_only:
+                    _remove(os.path.join(directory, fname))
             elif ext == ".log" and stem.isdigit() and len(stem) == 20:
                 bases.append(int(stem))
         for fname in os.listdir(directory):  # indexes without a log
             stem, ext = os.path.splitext(fname)
-            if ext in (".index", ".timeindex", ".txnindex") and stem.isdigit() and int(stem) not in bases:
+            orphan = stem.isdigit() and int(stem) not in bases
+            if ext in (".index", ".timeindex", ".txnindex") and orphan and not read_only:
                 _remove(os.path.join(directory, fname))
         bases.sort()
         segments: list[LogSegment] = []
         recovered = truncated_total = 0
+        reported_tails: set[int] = set()  # bases of segments whose lost tail is already logged
         for i, base in enumerate(bases):
-            last = i == len(bases) - 1
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            # Every segment is loaded sealed (indexes mapped as they are on disk, so an index left
+            # preallocated is seen as such); the one that ends up last is made active below.
             segment = LogSegment(
                 directory,
                 base,
                 index_max_bytes=index_bytes,
                 index_interval_bytes=interval,
-                active=last,
+                active=False,
+                read_only=read_only,
                 clock=clock,
             )
             if segments and base < segments[-1].next_offset:
@@ -186,36 +210,52 @@ class PartitionLog:
                     base,
                     segments[-1].next_offset,
                 )
-                segment.delete()
-                _drop_segments(directory, bases[i + 1 :], index_bytes, interval, clock)
+                if not read_only:
+                    segment.delete()
+                    _drop_segments(directory, bases[i + 1 :], index_bytes, interval, clock)
                 break
-            needs_recovery = not clean and (last or bases[i + 1] > recovery_point)
-            if needs_recovery or not segment.load_trusted():
-                result = segment.recover()
-                recovered += 1
-                if result.truncated_bytes:
-                    truncated_total += result.truncated_bytes
-                    later = bases[i + 1 :]
-                    log.warning(
-                        "%s: segment %d: kept %d entries (%d bytes), truncated %d bytes (%s)%s",
-                        name,
-                        base,
-                        result.entries,
-                        result.valid_bytes,
-                        result.truncated_bytes,
-                        result.reason,
-                        f"; deleting {len(later)} later segments" if later else "",
-                    )
-                    segment.flush()
-                    if later:
-                        _drop_segments(directory, later, index_bytes, interval, clock)
-                        if not last:
-                            segment.make_active()
-                        segments.append(segment)
-                        break
+            unflushed = not clean and (next_base is None or next_base > recovery_point)
+            if not unflushed and _load_trusted(name, segment):
+                segments.append(segment)
+                continue
+            result = segment.recover()  # and seals it (trimmed indexes)
+            recovered += 1
             segments.append(segment)
+            if not result.truncated_bytes:
+                continue
+            truncated_total += result.truncated_bytes
+            segment.flush()
+            kept = f"kept {result.entries} entries ({result.valid_bytes} bytes)"
+            cut = f"truncated {result.truncated_bytes} bytes ({result.reason})"
+            if unflushed and next_base is not None:
+                # Kafka's recoverLog: the first unflushed segment with corruption ends the log, and
+                # the unflushed segments after it (every later one) are deleted.
+                later = bases[i + 1 :]
+                log.warning(
+                    "%s: corruption found in unflushed segment %d: %s, %s; lost offsets from %d on, "
+                    "deleting %d later segments %s",
+                    name,
+                    base,
+                    kept,
+                    cut,
+                    segment.next_offset,
+                    len(later),
+                    later,
+                )
+                if not read_only:
+                    _drop_segments(directory, later, index_bytes, interval, clock)
+                segment.make_active()
+                break
+            if next_base is None:
+                lost = f"lost offsets from {segment.next_offset} on"
+            else:
+                lost = f"lost {_offset_range(segment.next_offset, next_base - 1)}; later segments kept"
+                reported_tails.add(base)
+            log.warning("%s: segment %d: %s, %s; %s", name, base, kept, cut, lost)
         if segments and not segments[-1].active:
             segments[-1].make_active()
+        if read_only and (not segments or log_start_offset > segments[-1].next_offset):
+            raise OSError(errno.EROFS, f"{name}: the log would restart empty, but {directory} is read-only")
         if segments and log_start_offset > segments[-1].next_offset:
             log.warning(
                 "%s: log start offset %d is past the end of the log (%d): starting empty there",
@@ -226,6 +266,17 @@ class PartitionLog:
             for segment in segments:
                 segment.delete()
             segments = []
+        if segments:
+            _warn_missing_offsets(name, segments, log_start_offset, reported_tails)
+            if not truncated_total and recovery_point > segments[-1].next_offset:
+                log.warning(
+                    "%s: %s missing: the recovery point checkpoint is %d but the log ends at %d "
+                    "(segment files lost?)",
+                    name,
+                    _offset_range(segments[-1].next_offset, recovery_point - 1),
+                    recovery_point,
+                    segments[-1].next_offset,
+                )
         if not segments:
             segments = [
                 LogSegment.create(
@@ -236,10 +287,7 @@ class PartitionLog:
                     clock=clock,
                 )
             ]
-        if not clean and recovered:
-            for segment in segments:
-                if not segment.flushed:
-                    segment.flush()
+        if recovered:
             log.info(
                 "%s: recovered %d segments, truncated %d bytes; log end offset %d",
                 name,
@@ -247,6 +295,8 @@ class PartitionLog:
                 truncated_total,
                 segments[-1].next_offset,
             )
+        if not read_only:
+            _remove_snapshots_past(name, directory, segments[-1].next_offset)
         epoch_path = os.path.join(directory, checkpoints.LEADER_EPOCH_CHECKPOINT)
         try:
             epochs = checkpoints.read_epoch_checkpoint(epoch_path)
@@ -261,12 +311,15 @@ class PartitionLog:
             config,
             segments,
             log_start_offset=log_start_offset,
-            recovery_point=segments[-1].next_offset if not clean else recovery_point,
+            # After an unclean start the checkpoint stands (re-read segments were not fsynced), as
+            # in Kafka; __init__ caps it at the log end.
+            recovery_point=recovery_point,
             epoch_entries=epochs,
             clock=clock,
         )
         if clean:
             self._recovery_point = self._leo
+        self.read_only = read_only
         self._fix_epoch_entries()
         return self
 
@@ -345,6 +398,18 @@ class PartitionLog:
         if self.closed:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self._topic}-{self._partition} is closed")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.offline_reason is not None:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, self.offline_reason)
+
+    def _storage_error(self, exc: OSError, doing: str) -> KafkaError:
+        """A write failed: report it (the LogManager takes the dir offline) and say so to the caller."""
+        if self.on_storage_error is not None:
+            self.on_storage_error(self, exc)
+        reason = self.offline_reason or f"{self._topic}-{self._partition}: {doing}: {exc}"
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, reason)
+
     # ---- append -------------------------------------------------------------------------------
     def append(
         self,
@@ -362,15 +427,16 @@ class PartitionLog:
         span no longer fits the segment's relative offsets, or ``segment.ms`` has passed. Flushes
         per ``flush.messages`` / ``flush.ms``. Then calls the append listeners.
         """
-        self._check_open()
+        if self.offline_reason is not None or self.closed:
+            self._check_writable()
         assert first_offset == self._leo, f"append at {first_offset}, log end offset is {self._leo}"
         if last_offset < first_offset:
             raise ValueError(f"last offset {last_offset} < first offset {first_offset}")
         segment = self._segments[-1]
-        if segment.size and self._should_roll(segment, len(data), last_offset, max_timestamp):
-            segment = self.roll()
         try:
-            segment.append(
+            if segment.size and self._should_roll(segment, len(data), last_offset, max_timestamp):
+                segment = self.roll()
+            segment.append(  # all or nothing: a failed write leaves the segment as it was
                 data,
                 first_offset=first_offset,
                 last_offset=last_offset,
@@ -378,16 +444,21 @@ class PartitionLog:
                 offset_of_max_timestamp=offset_of_max_timestamp,
             )
         except OSError as exc:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"append to {segment.log_path}: {exc}") from exc
+            raise self._storage_error(exc, f"append to {segment.log_path}") from exc
         self._leo = last_offset + 1
-        if not self._epoch_entries:
-            self._epoch_entries = [(0, first_offset)]
-            self.write_leader_epoch_checkpoint()
         self._unflushed_messages += record_count if record_count > 0 else last_offset - first_offset + 1
-        if self._unflushed_messages >= self._flush_messages or (
-            self._flush_ms < _NEVER and self._now_ms() - self._last_flush_ms >= self._flush_ms
-        ):
-            self.flush()
+        try:  # the records are in the log; a failure from here on still answers an error, as in Kafka
+            if not self._epoch_entries:
+                self._epoch_entries = [(0, first_offset)]
+                self.write_leader_epoch_checkpoint()
+            if self._unflushed_messages >= self._flush_messages or (
+                self._flush_ms < _NEVER and self._now_ms() - self._last_flush_ms >= self._flush_ms
+            ):
+                self.flush()
+        except OSError as exc:
+            if self._listeners:
+                self._notify()
+            raise self._storage_error(exc, "flush after append") from exc
         if self._listeners:
             self._notify()
 
@@ -548,12 +619,24 @@ class PartitionLog:
         return None
 
     def max_timestamp_entry(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3), or None."""
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3), or None.
+
+        As Kafka since KAFKA-16310: the first segment holding the largest max timestamp, its first
+        entry carrying it, and in that entry the first record with that timestamp (the entry is
+        decoded: the indexes and recovery know entries, not records). Offsets below the log start
+        offset are not answered; the log start offset is."""
+        self._check_open()
         best = None
         for segment in self._segments:
-            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best[1]):
-                best = (max(segment.offset_of_max_timestamp, self._log_start), segment.max_timestamp)
-        return best
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None:
+            return None
+        info = best.max_timestamp_entry()
+        offset = offset_of_max_timestamp(best, info) if info is not None else best.offset_of_max_timestamp
+        if offset is None:
+            return None
+        return max(offset, self._log_start), best.max_timestamp
 
     # ---- flush --------------------------------------------------------------------------------
     def flush(self) -> None:
@@ -567,10 +650,17 @@ class PartitionLog:
 
     def flush_if_due(self) -> None:
         if self._unflushed_messages and self._now_ms() - self._last_flush_ms >= self._flush_ms:
-            self.flush()
+            if self.offline_reason is not None:
+                return
+            try:
+                self.flush()
+            except OSError as exc:
+                self._storage_error(exc, "flush")
 
     def sealed_unflushed(self) -> list[LogSegment]:
         """Sealed segments not yet fsynced (for a flush off the loop: fsync ``seg.file`` of each)."""
+        if self.offline_reason is not None:
+            return []
         return [s for s in self._segments[:-1] if not s.flushed]
 
     def mark_flushed(self, segments: list[LogSegment]) -> None:
@@ -587,7 +677,7 @@ class PartitionLog:
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset to ``offset`` (-1 = the high watermark) and drop
         segments wholly below it. Returns the new log start offset."""
-        self._check_open()
+        self._check_writable()
         if offset == -1:
             offset = self._leo
         if offset < 0 or offset > self._leo:
@@ -613,6 +703,8 @@ class PartitionLog:
         ``retention.bytes``, oldest first, when ``cleanup.policy`` includes delete; also segments
         below the log start offset. Returns the number of segments deleted."""
         self._check_open()
+        if self.offline_reason is not None:
+            return 0  # an offline dir is left as it is until the broker restarts
         deleted = self._delete_below_start()
         if not self._delete_policy:
             return deleted
@@ -722,11 +814,14 @@ class PartitionLog:
         """Flush, trim the active segment's indexes, release files. Regions in flight stay valid."""
         if self.closed:
             return
-        self.flush()
-        self.write_leader_epoch_checkpoint()
-        for segment in self._segments:
-            segment.close()
-        self.closed = True
+        try:
+            if self.offline_reason is None:  # an offline dir is not written: its next start recovers
+                self.flush()
+                self.write_leader_epoch_checkpoint()
+        finally:
+            for segment in self._segments:
+                segment.close()
+            self.closed = True
 
     def delete(self) -> None:
         """Remove the partition directory and everything in it; wakes the listeners."""
@@ -750,3 +845,56 @@ def _drop_segments(directory: str, bases: list[int], index_bytes: int, interval:
     for base in bases:
         for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             _remove(os.path.join(directory, f"{base:020d}{suffix}"))
+
+
+def _remove_snapshots_past(name: str, directory: str, log_end_offset: int) -> None:
+    """Producer-state snapshots (``<offset>.snapshot``) describe the log up to their offset: one past
+    a log end that recovery cut back would be believed again once appends pass it, so it goes (as
+    Kafka truncates its producer state to the recovered log)."""
+    for fname in os.listdir(directory):
+        stem, _, ext = fname.partition(".")
+        if ext == "snapshot" and len(stem) == 20 and stem.isdigit() and int(stem) > log_end_offset:
+            log.warning("%s: removing producer snapshot %s, past the log end %d", name, fname, log_end_offset)
+            _remove(os.path.join(directory, fname))
+
+
+def _offset_range(first: int, last: int) -> str:
+    return f"offsets {first}..{last}" if last >= first else "no offsets"
+
+
+def _load_trusted(name: str, segment: LogSegment) -> bool:
+    """``segment.load_trusted()``, with garbage that trips the header scan counted as a failure."""
+    try:
+        return segment.load_trusted()
+    except (ValueError, struct.error) as exc:
+        log.warning(
+            "%s: segment %d fails its load checks (%s); re-reading it", name, segment.base_offset, exc
+        )
+        return False
+
+
+def _warn_missing_offsets(
+    name: str, segments: list[LogSegment], log_start_offset: int, reported_tails: set[int]
+) -> None:
+    """Log offsets that no segment holds: below the first segment (from the checkpointed log start
+    offset) and between consecutive segments, except tails already logged as truncated."""
+    first = segments[0].base_offset
+    if log_start_offset < first:
+        log.warning(
+            "%s: %s missing: the checkpointed log start offset is %d but the first segment starts at %d",
+            name,
+            _offset_range(log_start_offset, first - 1),
+            log_start_offset,
+            first,
+        )
+    for prev, nxt in zip(segments, segments[1:], strict=False):
+        if prev.next_offset < nxt.base_offset and prev.base_offset not in reported_tails:
+            held = f"ends at {prev.next_offset - 1}" if prev.next_offset > prev.base_offset else "is empty"
+            log.warning(
+                "%s: %s missing: segment %d %s, the next one starts at %d; reads skip the gap",
+                name,
+                _offset_range(prev.next_offset, nxt.base_offset - 1),
+                prev.base_offset,
+                held,
+                nxt.base_offset,
+            )

@@ -15,6 +15,7 @@ drops it, never under a region's feet.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -95,9 +96,11 @@ class LogSegment:
         index_max_bytes: int,
         index_interval_bytes: int,
         active: bool,
+        read_only: bool = False,
         clock=time.time,
     ):
         self.directory = directory
+        self.read_only = read_only  # a dir that cannot be written: indexes in memory, no appends
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log"))
@@ -105,19 +108,23 @@ class LogSegment:
             os.path.exists(os.path.join(directory, segment_file_name(base_offset, ".index")))
             and os.path.exists(os.path.join(directory, segment_file_name(base_offset, ".timeindex")))
         )
-        self.file: SegmentFile | None = SegmentFile(self.log_path)
+        self.file: SegmentFile | None = SegmentFile(
+            self.log_path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
+        )
         self.size = os.fstat(self.file.fileno()).st_size
         self.index = OffsetIndex(
             os.path.join(directory, segment_file_name(base_offset, ".index")),
             base_offset,
             index_max_bytes,
             writable=active,
+            in_memory=read_only,
         )
         self.time_index = TimeIndex(
             os.path.join(directory, segment_file_name(base_offset, ".timeindex")),
             base_offset,
             index_max_bytes,
             writable=active,
+            in_memory=read_only,
         )
         self._index_max_bytes = index_max_bytes
         self.next_offset = base_offset  # last offset + 1
@@ -245,7 +252,8 @@ class LogSegment:
             self.next_offset = prev_last + 1
         truncated = size - position
         if truncated:
-            os.ftruncate(self.file.fileno(), position)
+            if not self.read_only:  # read-only: the bad tail stays on disk, past what is served
+                os.ftruncate(self.file.fileno(), position)
             self.size = position
         if not self.active:
             self.seal()
@@ -256,35 +264,54 @@ class LogSegment:
     def append(
         self, data, *, first_offset: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int
     ) -> None:
-        """Write entries whose offsets are assigned (first_offset >= next_offset) and index them."""
+        """Write entries whose offsets are assigned (first_offset >= next_offset) and index them.
+
+        All or nothing: when a write fails (a full disk: ENOSPC; EIO) the bytes already written are
+        cut off again, the indexes and counters are as before, and the OSError propagates."""
+        if self.read_only:
+            raise OSError(errno.EROFS, f"{self.log_path} is open read-only")
         position = self.size
         n = len(data)
         fd = self.file.fileno()
-        written = os.pwrite(fd, data, position)
-        if written < n:
-            with memoryview(data) as view:
-                while written < n:
-                    written += os.pwrite(fd, view[written:], position + written)
-        if self.first_batch_timestamp is None:
-            self.first_batch_timestamp = max_timestamp
-        if entry_size_at(data, 0) == n:  # one entry: the common case
-            self._index_entry(position, n, last_offset, max_timestamp, offset_of_max_timestamp)
-        else:
-            for info in scan_entries(data):
-                precise = (
-                    info.max_timestamp == max_timestamp
-                    and info.base_offset <= offset_of_max_timestamp <= info.last_offset
-                )
-                self._index_entry(
-                    position + info.position,
-                    info.size,
-                    info.last_offset,
-                    info.max_timestamp,
-                    offset_of_max_timestamp if precise else info.last_offset,
-                )
+        before = (self.max_timestamp, self.offset_of_max_timestamp, self.bytes_since_last_index_entry,
+                  self.first_batch_timestamp, self.index.entries, self.time_index.entries)
+        try:
+            written = os.pwrite(fd, data, position)
+            if written < n:
+                with memoryview(data) as view:
+                    while written < n:
+                        written += os.pwrite(fd, view[written:], position + written)
+            if self.first_batch_timestamp is None:
+                self.first_batch_timestamp = max_timestamp
+            if entry_size_at(data, 0) == n:  # one entry: the common case
+                self._index_entry(position, n, last_offset, max_timestamp, offset_of_max_timestamp)
+            else:
+                for info in scan_entries(data):
+                    precise = (
+                        info.max_timestamp == max_timestamp
+                        and info.base_offset <= offset_of_max_timestamp <= info.last_offset
+                    )
+                    self._index_entry(
+                        position + info.position,
+                        info.size,
+                        info.last_offset,
+                        info.max_timestamp,
+                        offset_of_max_timestamp if precise else info.last_offset,
+                    )
+        except OSError:
+            self._undo_append(position, before)
+            raise
         self.size = position + n
         self.next_offset = last_offset + 1
         self.flushed = False
+
+    def _undo_append(self, position: int, before: tuple) -> None:
+        (self.max_timestamp, self.offset_of_max_timestamp, self.bytes_since_last_index_entry,
+         self.first_batch_timestamp, self.index.entries, self.time_index.entries) = before
+        try:
+            os.ftruncate(self.file.fileno(), position)  # shrinking needs no free space
+        except OSError as exc:  # the next append overwrites the tail; recovery cuts it after a crash
+            log.error("%s: could not cut a failed append at byte %d: %s", self.log_path, position, exc)
 
     def _index_entry(
         self, position: int, size: int, last_offset: int, max_timestamp: int, offset_of_max_timestamp: int
@@ -315,6 +342,8 @@ class LogSegment:
         self.active = False
 
     def flush(self) -> None:
+        if self.read_only:
+            return
         if self.file is not None:
             os.fsync(self.file.fileno())
         self.index.flush()
@@ -407,6 +436,18 @@ class LogSegment:
                 return info
         return None
 
+    def max_timestamp_entry(self) -> EntryInfo | None:
+        """The first entry carrying the segment's max timestamp (None when it has none): found as
+        Kafka does, from the offset index floor of ``offset_of_max_timestamp``, which is the last
+        offset of that entry (time index, recovery) or a record inside it (an append)."""
+        if self.max_timestamp < 0:
+            return None
+        _, position = self.index.lookup(self.offset_of_max_timestamp)
+        for info in self.iter_entries(position):
+            if info.max_timestamp == self.max_timestamp:
+                return info
+        return None
+
     def largest_timestamp(self) -> int:
         """Max timestamp for retention, or the file's mtime when entries carry none (v0)."""
         if self.max_timestamp >= 0:
@@ -422,6 +463,8 @@ class LogSegment:
     # ---- truncation and removal ---------------------------------------------------------------
     def truncate_to(self, offset: int) -> int:
         """Drop entries whose last offset >= ``offset``; returns the bytes removed."""
+        if self.read_only:
+            raise OSError(errno.EROFS, f"{self.log_path} is open read-only")
         info = self.translate_offset(offset)
         if info is None:
             return 0
@@ -462,10 +505,13 @@ class LogSegment:
         if self.file is None:
             return
         if self.active:
-            if self.max_timestamp >= 0 and not self.time_index.is_full:
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-            self.index.trim_to_valid_size()
-            self.time_index.trim_to_valid_size()
+            try:
+                if self.max_timestamp >= 0 and not self.time_index.is_full:
+                    self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self.index.trim_to_valid_size()
+                self.time_index.trim_to_valid_size()
+            except OSError as exc:  # a failed disk: the indexes are rebuilt at the next start
+                log.warning("%s: could not finish the indexes at close: %s", self.log_path, exc)
         self.index.close()
         self.time_index.close()
         self.file = None

@@ -9,6 +9,8 @@ from conftest import append, append_v2, client_batch, config, v2_batch
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records.framing import scan_entries
+from minibroker.records.legacy import set_timestamp
+from minibroker.records.record import TimestampType
 from minibroker.storage import PartitionLog
 
 
@@ -135,6 +137,39 @@ def test_legacy_and_compressed_entries(plog):
     assert plog.offset_for_timestamp(250) == (2, 300)
     assert plog.offset_for_timestamp(750) == (7, 800)  # inside the lz4 batch
     assert plog.max_timestamp_entry() == (8, 900)
+
+
+def v1_wrapper(base_offset: int, timestamps: list[int]) -> bytes:
+    """A gzip v1 wrapper whose timestamp is its records' max, as the broker stores it."""
+    data = bytearray(client_batch(base_offset, timestamps, magic=1, codec=1))
+    set_timestamp(data, 0, TimestampType.CREATE_TIME, max(timestamps))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("reopen", [None, "clean", "unclean"])
+def test_max_timestamp_answers_the_record_not_its_batch(tmp_path, topic_id, reopen):
+    # KAFKA-16310: ListOffsets -3 answers the offset of the record with the largest timestamp, not
+    # the last offset of its batch; the indexes and recovery only know batches, so the batch is read
+    directory = str(tmp_path / "t-0")
+    log = PartitionLog.create(directory, "t", 0, topic_id, config())
+    append_v2(log, [50, 60])
+    append(log, v2_batch(2, [100, 400, 200]))  # passes the batch's last offset (4), as Produce does
+    append(log, v1_wrapper(5, [300, 390, 350]))
+    assert log.max_timestamp_entry() == (3, 400)
+    if reopen is not None:
+        end = log.log_end_offset
+        log.close()
+        log = PartitionLog.open(directory, "t", 0, topic_id, config(), clean=reopen == "clean",
+                                recovery_point=end if reopen == "clean" else 0)
+        assert log.max_timestamp_entry() == (3, 400)
+    log.delete_records_before(4)
+    assert log.max_timestamp_entry() == (4, 400)  # never below the log start offset
+    log.close()
+    log = PartitionLog.create(str(tmp_path / "u-0"), "u", 0, topic_id, config())
+    append(log, v1_wrapper(0, [300, 390, 350]))
+    append_v2(log, [10, 20])
+    assert log.max_timestamp_entry() == (1, 390)  # inside the v1 wrapper
+    log.close()
 
 
 def test_offset_for_timestamp_matches_brute_force(plog):
