@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from minibroker.config import BROKER_CONFIGS, validate_topic_configs
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.handlers.describe_configs import BROKER, TOPIC, check_broker_name, existing_topic
+from minibroker.handlers.describe_configs import (
+    BROKER,
+    TOPIC,
+    check_broker_name,
+    existing_topic,
+    unsupported_resource,
+)
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 
@@ -120,7 +126,7 @@ def _alter(broker, resource, validate_only: bool) -> None:
         per_broker = check_broker_name(broker, resource.resource_name)
         set_broker_layer(broker, per_broker, new, validate_only)
     else:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {resource.resource_type}")
+        raise unsupported_resource(resource.resource_type)
 
 
 @handles(33, (0, 2))

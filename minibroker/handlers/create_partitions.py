@@ -4,9 +4,12 @@ Behaviour: raises a topic's partition count to ``count`` at once (new partitions
 on this broker). Errors as the KRaft controller gives them: unknown topic 3, a count not above
 the current one 37, a manual assignment whose length is not the number of new partitions or
 that names another broker or a broker twice 39, a topic named twice 42 "Duplicate topic name."
-``validate_only`` checks and changes nothing.
+``validate_only`` checks and changes nothing. More than 10000 new partitions in one request: 44
+POLICY_VIOLATION "Unable to perform excessively large batch operation." for every topic, as Kafka's
+controller answers an operation of more than 10000 records (creating that many here would stall
+every client).
 Version notes: v2+ flexible encoding; nothing else differs.
-Gaps: none known (no CreateTopicPolicy/quotas, so 44 and 89 never appear).
+Gaps: no CreateTopicPolicy (44 comes only from the limit above), no quotas (89).
 """
 
 from __future__ import annotations
@@ -18,14 +21,31 @@ from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.topic_admin import check_new_partitions
 
+MAX_RECORDS_PER_USER_OP = 10_000  # Kafka's QuorumController: one new partition is one record
+
+
+def _new_partitions(broker, topics) -> int:
+    """New partitions the topics that pass their checks would add."""
+    total = 0
+    for t in topics:
+        try:
+            current = check_new_partitions(broker, t.name, t.count, t.assignments)
+        except KafkaError:
+            continue
+        total += t.count - current
+    return total
+
 
 @handles(37, (0, 3))
 def handle_create_partitions(broker, header, request):
     counts = Counter(t.name for t in request.topics)  # a name given twice is refused (INVALID_REQUEST)
     results = []
-    for t in request.topics:
-        if counts[t.name] > 1:
-            continue
+    unique = [t for t in request.topics if counts[t.name] == 1]
+    if _new_partitions(broker, unique) > MAX_RECORDS_PER_USER_OP:
+        unique, results = [], [Struct(name=t.name, error_code=int(ErrorCode.POLICY_VIOLATION),
+                                      error_message="Unable to perform excessively large batch operation.")
+                               for t in unique]
+    for t in unique:
         try:
             check_new_partitions(broker, t.name, t.count, t.assignments)
             if not request.validate_only:

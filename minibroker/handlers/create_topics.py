@@ -12,7 +12,10 @@ would, without creating anything.
 Version notes: v1+ validate_only and error_message; v2+ throttle time; v5+ the partition count,
 replication factor and every topic config with its source (as DescribeConfigs would give it);
 v7+ the topic id (a fresh random one for validate-only, as the controller does).
-Gaps: no CreateTopicPolicy (POLICY_VIOLATION 44 is never returned), no quotas (89).
+A request asking for more than 10000 partitions in all gets 44 POLICY_VIOLATION "Excessively
+large number of partitions per request." for every topic, as from Kafka's controller (whose
+MAX_PARTITIONS_PER_BATCH guards its memory; here creating that many would stall every client).
+Gaps: no CreateTopicPolicy (44 comes only from the limit above), no quotas (89).
 """
 
 from __future__ import annotations
@@ -26,6 +29,21 @@ from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.topic_admin import check_new_topic, topic_id_of
 from minibroker.uuids import uuid4_bytes
+
+MAX_PARTITIONS_PER_REQUEST = 10_000  # Kafka: ReplicationControlManager.MAX_PARTITIONS_PER_BATCH
+
+
+def requested_partitions(broker, topics) -> int:
+    """Partitions a request asks for in all, counted as Kafka's validateTotalNumberOfPartitions does."""
+    total = 0
+    for t in topics:
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == -1:
+            total += broker.config["num.partitions"]
+        elif t.num_partitions > 0:
+            total += t.num_partitions
+    return total
 
 
 def _error(name: str, code: int, message: str | None) -> Struct:
@@ -45,8 +63,12 @@ def handle_create_topics(broker, header, request):
     validate_only = bool(request.validate_only)
     counts = Counter(t.name for t in request.topics)  # a name given twice is refused (INVALID_REQUEST)
     results = []
-    for t in request.topics:
-        if counts[t.name] > 1:
+    unique = [t for t in request.topics if counts[t.name] == 1]
+    too_many = requested_partitions(broker, unique) > MAX_PARTITIONS_PER_REQUEST
+    for t in unique:
+        if too_many:
+            results.append(_error(t.name, ErrorCode.POLICY_VIOLATION,
+                                  "Excessively large number of partitions per request."))
             continue
         configs = {c.name: c.value for c in t.configs}
         try:

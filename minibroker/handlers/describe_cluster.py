@@ -12,14 +12,11 @@ Gaps: v2 (include_fenced_brokers) is not in our schema.
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode
+from minibroker.handlers.authorized_operations import CLUSTER_OPERATIONS, NOT_ASKED
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 
 BROKER_ENDPOINT = 1
-# AclOperation codes Kafka supports on CLUSTER: CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
-# DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
-NOT_ASKED = -2147483648
 
 
 @handles(60, (0, 1))

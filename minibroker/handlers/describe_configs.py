@@ -10,10 +10,12 @@ Behaviour: resources are answered one by one, each with its own error code.
   cluster-wide dynamic defaults, as Kafka does. Another id or a non-integer name is 42.
 - BROKER_LOGGER (8): the levels of the ``root`` and ``minibroker*`` Python loggers, in Kafka's
   level names (source 6, DYNAMIC_BROKER_LOGGER_CONFIG); the name must be this broker's id.
-Any other resource type gets 42 "Unsupported resource type".
+Any other resource type gets 42 "Unsupported resource type" at once; the GROUP (32) and
+CLIENT_METRICS (16) types Kafka 4 serves are named in the message ("Group configs are not supported
+by this broker"), as AlterConfigs and IncrementalAlterConfigs answer them too.
 Version notes: v0 reports is_default instead of a source and no synonyms; v1+ sources and
 (when asked) synonyms; v3+ config types and (when asked) documentation; v4 flexible.
-Gaps: GROUP and CLIENT_METRICS resources (types 32, 16) are not served.
+Gaps: GROUP and CLIENT_METRICS resources are not served.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.topic_names import validate_topic_name
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 DYNAMIC_BROKER_LOGGER_CONFIG = 6
+_UNSERVED_RESOURCES = {GROUP: "Group configs", CLIENT_METRICS: "Client metrics subscriptions"}
 
 # Python level -> Kafka (log4j) level name, and back
 _LEVEL_NAMES = {
@@ -48,6 +51,15 @@ LOG_LEVELS = {
     "TRACE": 5,
 }
 ROOT_LOGGER = "root"
+
+
+def unsupported_resource(rtype: int) -> KafkaError:
+    """INVALID_REQUEST for a resource type the config APIs do not serve, naming the feature."""
+    feature = _UNSERVED_RESOURCES.get(rtype)
+    if feature is not None:
+        return KafkaError(ErrorCode.INVALID_REQUEST,
+                          f"Unsupported resource type: {rtype}. {feature} are not supported by this broker")
+    return KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
 
 
 def check_broker_name(broker, name: str) -> bool:
@@ -146,7 +158,7 @@ def _describe(broker, version: int, resource, synonyms: bool, docs: bool) -> lis
             if keys is None or n in keys
         ]
     else:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
+        raise unsupported_resource(rtype)
     return [
         _entry(
             version,

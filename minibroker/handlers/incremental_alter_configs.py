@@ -41,6 +41,7 @@ from minibroker.handlers.describe_configs import (
     check_broker_name,
     existing_topic,
     logger_names,
+    unsupported_resource,
 )
 from minibroker.handlers.registry import handles
 
@@ -122,7 +123,7 @@ def _alter(broker, resource, validate_only: bool) -> None:
         check_broker_name(broker, name)
         _loggers(ops, validate_only)
     else:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
+        raise unsupported_resource(rtype)
 
 
 @handles(44, (0, 1))

@@ -5,13 +5,20 @@ controller and the leader, sole replica and ISR of every partition at leader epo
 topics (v1+) means all topics, an empty list none; v0's empty list means all. Unknown topics
 are created when ``auto.create.topics.enable`` and the request allow it (always asked on v0-v3),
 with ``num.partitions``; otherwise error 3. Illegal names get error 17. Topic ids (v10+) come
-from ``partition.metadata``; a request naming an unknown id gets UNKNOWN_TOPIC_ID.
-Gaps: no racks, no authorized operations (-2147483648 as Kafka sends when not asked).
+from ``partition.metadata``; a request naming an unknown id gets UNKNOWN_TOPIC_ID. Ids are looked
+up from v12 on: a v10-v11 request with a null name or a non-zero id gets INVALID_REQUEST for every
+topic and no brokers, as Kafka answers it (its error response; the fuzzer found the null name sent
+back where v10-v11 cannot carry one).
+Authorized operations (v8+), when asked: every operation Kafka supports on a topic (8 of them) for
+each named topic, and (v8-v10) on the cluster (7), as Kafka answers without an authorizer;
+-2147483648 when not asked and for unknown topic ids.
+Gaps: no racks, no ACLs (everything is allowed).
 """
 
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.authorized_operations import CLUSTER_OPERATIONS, NOT_ASKED, TOPIC_OPERATIONS
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
@@ -19,7 +26,7 @@ from minibroker.topic_admin import create_topic
 from minibroker.topic_names import is_internal, validate_topic_name
 
 
-def topic_metadata(broker, name: str, info) -> Struct:
+def topic_metadata(broker, name: str, info, authorized_operations: int = NOT_ASKED) -> Struct:
     node = broker.node_id
     return Struct(
         error_code=0,
@@ -38,18 +45,28 @@ def topic_metadata(broker, name: str, info) -> Struct:
             )
             for p in range(info.partitions)
         ],
-        topic_authorized_operations=-2147483648,
+        topic_authorized_operations=authorized_operations,
     )
 
 
-def _error_topic(name, code, topic_id=ZERO_UUID) -> Struct:
-    return Struct(error_code=int(code), name=name, topic_id=topic_id, is_internal=False, partitions=[])
+def _error_topic(name, code, topic_id=ZERO_UUID, authorized_operations: int = NOT_ASKED) -> Struct:
+    return Struct(error_code=int(code), name=name, topic_id=topic_id, is_internal=False, partitions=[],
+                  topic_authorized_operations=authorized_operations)
+
+
+def _invalid_request(request) -> Struct:
+    """Kafka's answer to topic ids in v10-v11 (names may not be null there, ids are not looked up
+    before v12): the request's error response, INVALID_REQUEST for every topic, a null name as ""."""
+    topics = [_error_topic(t.name or "", ErrorCode.INVALID_REQUEST, t.topic_id) for t in request.topics]
+    return Struct(throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1, topics=topics)
 
 
 @handles(3, (0, 12))
 def handle_metadata(broker, header, request):
     version = header.api_version
     topics = broker.logs.topics
+    if 10 <= version < 12 and any(t.name is None or t.topic_id != ZERO_UUID for t in request.topics or ()):
+        return _invalid_request(request)
     if request.topics is None or (version == 0 and not request.topics):
         wanted = [(name, None) for name in sorted(topics)]
     else:
@@ -57,6 +74,12 @@ def handle_metadata(broker, header, request):
     auto_create = broker.config["auto.create.topics.enable"] and (
         version < 4 or request.allow_auto_topic_creation
     )
+    # Kafka sets them on every named topic it answers for, errors included (not unknown topic ids)
+    topic_ops = NOT_ASKED
+    if version >= 8 and request.include_topic_authorized_operations:
+        topic_ops = TOPIC_OPERATIONS
+    cluster_ops = CLUSTER_OPERATIONS if 8 <= version <= 10 and request.include_cluster_authorized_operations \
+        else NOT_ASKED
     out = []
     for name, topic_id in wanted:
         if name is None:
@@ -69,17 +92,18 @@ def handle_metadata(broker, header, request):
             try:
                 validate_topic_name(name)
             except KafkaError as e:
-                out.append(_error_topic(name, e.code))
+                out.append(_error_topic(name, e.code, authorized_operations=topic_ops))
                 continue
             if not auto_create:
-                out.append(_error_topic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                out.append(_error_topic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                        authorized_operations=topic_ops))
                 continue
             try:
                 info = create_topic(broker, name, -1, -1, {})
             except KafkaError as e:
-                out.append(_error_topic(name, e.code))
+                out.append(_error_topic(name, e.code, authorized_operations=topic_ops))
                 continue
-        out.append(topic_metadata(broker, name, info))
+        out.append(topic_metadata(broker, name, info, topic_ops))
     endpoint = broker.endpoint_for(header.listener)
     return Struct(
         throttle_time_ms=0,
@@ -87,5 +111,5 @@ def handle_metadata(broker, header, request):
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         topics=out,
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=cluster_ops,
     )

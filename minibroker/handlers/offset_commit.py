@@ -4,11 +4,13 @@ Behaviour: commits are records in ``__consumer_offsets`` (offset commit key v1 /
 when a v2-v4 request gives a retention time) written before the answer. Members of a group commit
 with their generation; a generation of -1 on an Empty (or unknown) group is a simple commit by a
 group-less consumer. Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION 3, metadata longer
-than ``offset.metadata.max.bytes`` OFFSET_METADATA_TOO_LARGE 12; group errors (ILLEGAL_GENERATION 22,
-UNKNOWN_MEMBER_ID 25, REBALANCE_IN_PROGRESS 27 while completing a rebalance, FENCED_INSTANCE_ID 82,
-INVALID_GROUP_ID 24, COORDINATOR_LOAD_IN_PROGRESS 14) go to every partition.
+than ``offset.metadata.max.bytes`` OFFSET_METADATA_TOO_LARGE 12; group errors (FENCED_INSTANCE_ID 82,
+then, in Kafka's order, UNKNOWN_MEMBER_ID 25, ILLEGAL_GENERATION 22 and REBALANCE_IN_PROGRESS 27
+while completing a rebalance; INVALID_GROUP_ID 24, COORDINATOR_LOAD_IN_PROGRESS 14) go to every
+partition.
 Version notes: v0 has no generation or member (simple commit); v1 carries a per-partition commit
-timestamp (-1: now); v2-v4 a retention time (-1: the broker's); v6 the committed leader epoch; v7
+timestamp (-1: now); v2-v4 a retention time (-1: the broker's; now + retention past int64 expires
+at the int64 maximum); v6 the committed leader epoch; v7
 group.instance.id; v8+ flexible; v9 (KIP-848 member epochs) is served as the classic protocol.
 Gaps: no transactional offsets (TxnOffsetCommit).
 """
@@ -21,6 +23,8 @@ from minibroker.coordinator.group_records import OffsetCommitValue
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+
+LONG_MAX = 2**63 - 1
 
 
 def partition_known(broker, topic: str, partition: int) -> bool:
@@ -42,9 +46,10 @@ def handle_offset_commit(broker, header, request):
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             ts = p.commit_timestamp if version == 1 and p.commit_timestamp != -1 else now
+            # the expiry saturates at the int64 maximum (Java's sum would wrap: the fuzzer sent 2^63-2)
+            expire = min(ts + retention, LONG_MAX) if retention is not None and retention >= 0 else -1
             wanted[tp] = OffsetCommitValue(p.committed_offset, p.committed_metadata or "", ts,
-                                           p.committed_leader_epoch,
-                                           ts + retention if retention is not None and retention >= 0 else -1)
+                                           p.committed_leader_epoch, expire)
     if wanted:
         generation = request.generation_id_or_member_epoch if version >= 1 else -1
         member_id = request.member_id if version >= 1 else ""

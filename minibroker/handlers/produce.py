@@ -2,13 +2,24 @@
 
 Behaviour: each partition's records are validated, checked against the producer's sequence
 state, given offsets and appended (ReplicaManager.append_records); results are per partition,
-so one bad partition never fails the others. acks=0 gets no response at all; acks=1 and
+so one bad partition never fails the others: a partition is appended only if its records passed
+validation, and whatever goes wrong for one partition, even an exception no check foresaw
+(UNKNOWN_SERVER_ERROR for that partition, logged once per site by report_unexpected), the others
+are still appended and the response still comes. acks=0 gets no response at all; acks=1 and
 acks=-1 answer alike on one node (the append is done when we answer), so ``timeout_ms`` never
 expires. Produce never creates topics: an unknown one is error 3. log_append_time is -1 for
 CreateTime topics and the broker's time for LogAppendTime ones. Duplicates of one of a
 producer's last five batches get DUPLICATE_SEQUENCE_NUMBER with the original base offset.
 Version notes: v3+ needs magic 2 (the validator enforces the format rules); v7+ may carry zstd;
 v8+ reports record_errors and error_message.
+Validation off the event loop: a partition whose records would take more than
+``INLINE_VALIDATION_WORK`` (~5 ms) to validate (a large compressed batch, a decompression bomb) is
+validated in the replica manager's worker thread. The handler stays synchronous (the registry
+requires it of requests that carry records: they are views of the connection's read buffer,
+reused as soon as the request is handled): it copies those partitions' records and returns a
+coroutine that waits for the worker and appends them, while the others are appended at once.
+The connection answers its requests in order, so that request's answer, and the requests behind
+it on that connection, wait; other connections are served meanwhile.
 Gaps: transactional produce (transactions are not served, so no client gets that far).
 """
 
@@ -20,6 +31,8 @@ import time
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import CloseConnection, handles
 from minibroker.protocol.codec import Struct
+from minibroker.records.budget import ValidationDeferred
+from minibroker.replica_manager import INLINE_VALIDATION_WORK, report_unexpected
 
 log = logging.getLogger("minibroker.produce")
 
@@ -32,12 +45,29 @@ def _partition_error(index: int, e: KafkaError) -> Struct:
                   error_message=e.message)
 
 
+def _partition_ok(index: int, outcome) -> Struct:
+    return Struct(index=index, error_code=0, base_offset=outcome.base_offset,
+                  log_append_time_ms=outcome.log_append_time_ms, log_start_offset=outcome.log_start_offset,
+                  record_errors=[], error_message=None)
+
+
+def _failed(topic: str, index: int, e: Exception) -> Struct:
+    if isinstance(e, KafkaError):
+        if e.code != ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+            log.debug("produce to %s-%d rejected: %s %s", topic, index, e.code.name, e)
+        return _partition_error(index, e)
+    # a bug: answer it for this partition, never drop the request
+    report_unexpected(topic, index, e, ErrorCode.UNKNOWN_SERVER_ERROR.name)
+    return _partition_error(index, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+
+
 @handles(0, (0, 11))
 def handle_produce(broker, header, request):
     version = header.api_version
     replicas = broker.replicas
     now_ms = int(time.time() * 1000)
     responses = []
+    deferred = []  # (partition list, slot, topic, partition, own copy of the records)
     for topic in request.topic_data:
         partitions = []
         for pdata in topic.partition_data:
@@ -45,17 +75,41 @@ def handle_produce(broker, header, request):
                 if request.transactional_id is not None:
                     raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                      "transactions are not supported by this broker")
-                outcome = replicas.append_records(topic.name, pdata.index, pdata.records, version, now_ms)
-                partitions.append(Struct(index=pdata.index, error_code=0, base_offset=outcome.base_offset,
-                                         log_append_time_ms=outcome.log_append_time_ms,
-                                         log_start_offset=outcome.log_start_offset, record_errors=[],
-                                         error_message=None))
-            except KafkaError as e:
-                if e.code != ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-                    log.debug("produce to %s-%d rejected: %s %s", topic.name, pdata.index, e.code.name, e)
-                partitions.append(_partition_error(pdata.index, e))
+                key = (topic.name, pdata.index)
+                if deferred and pdata.records and key in {(d[2], d[3]) for d in deferred}:
+                    # the same partition again: after the deferred one (null records are refused now,
+                    # appending nothing, so their order does not matter)
+                    raise ValidationDeferred()
+                outcome = replicas.append_records(topic.name, pdata.index, pdata.records, version, now_ms,
+                                                  work_budget=INLINE_VALIDATION_WORK)
+                partitions.append(_partition_ok(pdata.index, outcome))
+            except ValidationDeferred:
+                # copied now: ``pdata.records`` is a view of the read buffer, reused once we return
+                own = bytearray(pdata.records)
+                deferred.append((partitions, len(partitions), topic.name, pdata.index, own))
+                partitions.append(None)
+            except Exception as e:
+                partitions.append(_failed(topic.name, pdata.index, e))
         responses.append(Struct(name=topic.name, partition_responses=partitions))
-    if request.acks == 0:
+    if deferred:
+        return _finish_in_worker(replicas, version, now_ms, request.acks, responses, deferred)
+    return _answer(request.acks, responses)
+
+
+async def _finish_in_worker(replicas, version: int, now_ms: int, acks: int, responses, deferred):
+    """The deferred partitions, validated in the worker one after another and each appended as soon as
+    it is back (``ReplicaManager.append_records_in_worker``), then the answer to the whole request."""
+    for partitions, slot, topic, index, records in deferred:
+        try:
+            outcome = await replicas.append_records_in_worker(topic, index, records, version, now_ms)
+            partitions[slot] = _partition_ok(index, outcome)
+        except Exception as e:
+            partitions[slot] = _failed(topic, index, e)
+    return _answer(acks, responses)
+
+
+def _answer(acks: int, responses):
+    if acks == 0:
         # No response to carry an error: Kafka closes the connection so the producer notices.
         if any(p.error_code for t in responses for p in t.partition_responses):
             raise CloseConnection("acks=0 produce failed")

@@ -4,7 +4,9 @@ and offset assignment on append, down-conversion for old fetchers.
 Public API for the Produce/Fetch handlers, tools and coordinators:
 
 - ``validate_and_assign(records, *, next_offset, now_ms, config, produce_version, leader_epoch=0,
-  is_from_client=True) -> AppendResult`` with ``AppendConfig`` (validator.py)
+  is_from_client=True, work_budget=None, cancel=None) -> AppendResult`` with ``AppendConfig``;
+  ``ValidationDeferred`` / ``ValidationCancelled`` and ``rebase(result, next_offset)`` for validation
+  away from the event loop (validator.py)
 - ``down_convert(data, to_magic, *, first_offset=0) -> bytes`` (convert.py)
 - ``iter_batches(data)`` / ``iter_records(data)`` -> ``Batch`` / ``Record`` (batches.py, record.py)
 - builders: ``v2.build_batch``, ``legacy.build_message_set``, ``build_records``
@@ -40,6 +42,9 @@ _EXPORTS = {
     "AppendPath": "validator",
     "AppendResult": "validator",
     "BatchFacts": "validator",
+    "ValidationCancelled": "budget",
+    "ValidationDeferred": "budget",
+    "rebase": "validator",
     "validate_and_assign": "validator",
 }
 _SUBMODULES = {"framing", "legacy", "v2"}
@@ -68,6 +73,8 @@ __all__ = [
     "EntryFormatError",
     "Record",
     "TimestampType",
+    "ValidationCancelled",
+    "ValidationDeferred",
     "build_end_txn_marker",
     "build_records",
     "compress",
@@ -81,6 +88,7 @@ __all__ = [
     "iter_records",
     "legacy",
     "parse_control_record",
+    "rebase",
     "v2",
     "validate_and_assign",
 ]

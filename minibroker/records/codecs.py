@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from enum import IntEnum
 
 from minibroker.errors import ErrorCode, KafkaError
@@ -31,6 +32,10 @@ try:
     import snappy as _snappy
 except ImportError:  # pragma: no cover - a declared dependency, probed anyway
     _snappy = None
+try:  # python-snappy's backend: its raw decompress hands back a buffer, not a copy of one
+    from cramjam.snappy import decompress_raw as _snappy_raw
+except ImportError:  # pragma: no cover
+    _snappy_raw = _snappy.decompress if _snappy is not None else None
 try:
     import lz4.frame as _lz4f
 except ImportError:  # pragma: no cover
@@ -41,7 +46,7 @@ except ImportError:  # pragma: no cover
     _zstd = None
 
 DEFAULT_MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
-_CHUNK = 1 << 20
+DECOMPRESS_CHUNK = 256 * 1024  # the largest piece iter_decompress hands out (snappy aside)
 
 
 class Compression(IntEnum):
@@ -134,13 +139,75 @@ _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
 
 
 def _xerial_compress(data) -> bytes:
+    return _XERIAL_PREFIX.pack(_XERIAL_HEADER, 1, 1) + _xerial_blocks(data)
+
+
+def _xerial_blocks(data) -> bytes:
     mv = memoryview(data)
-    out = [_XERIAL_PREFIX.pack(_XERIAL_HEADER, 1, 1)]
+    out = []
     for start in range(0, len(mv), _XERIAL_BLOCK):
         block = _snappy.compress(bytes(mv[start : start + _XERIAL_BLOCK]))
         out.append(struct.pack(">i", len(block)))
         out.append(block)
     return b"".join(out)
+
+
+class StreamCompressor:
+    """One stream of ``codec``, written piece by piece: ``compress(data)`` and a last ``flush()``
+    return bytes whose concatenation is what a reader of that codec expects (gzip at level 6,
+    xerial snappy in 32 KiB blocks, an lz4 frame of independent 64 KiB blocks with Kafka's
+    magic-0 checksum when ``magic`` is 0, a zstd frame at level 3). Raw snappy cannot be
+    streamed: it is gathered and compressed at ``flush``."""
+
+    def __init__(self, codec: int, *, magic: int = 2, snappy_framing: str = "xerial"):
+        self.codec = codec = Compression(codec)
+        _require(codec)
+        self._pending = bytearray()  # snappy: input not yet compressed
+        self._header = b""
+        if codec == Compression.GZIP:
+            self._c = zlib.compressobj(6, zlib.DEFLATED, 31)
+        elif codec == Compression.SNAPPY:
+            self._c = None
+            self._raw = snappy_framing == "raw"
+            if not self._raw:
+                self._header = _XERIAL_PREFIX.pack(_XERIAL_HEADER, 1, 1)
+        elif codec == Compression.LZ4:
+            self._c = _lz4f.LZ4FrameCompressor(
+                block_size=_lz4f.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False
+            )
+            header = self._c.begin()
+            if magic == 0:
+                header = bytes(_lz4_set_header_checksum(bytearray(header), broken=True))
+            self._header = header
+        elif codec == Compression.ZSTD:
+            if magic < 2:
+                raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs magic 2")
+            self._c = _zstd.ZstdCompressor(level=3).compressobj()
+        else:
+            raise ValueError("StreamCompressor needs a codec")
+
+    def _take_header(self) -> bytes:
+        header, self._header = self._header, b""
+        return header
+
+    def compress(self, data) -> bytes:
+        if self.codec == Compression.SNAPPY:
+            self._pending += data
+            if self._raw or len(self._pending) < _XERIAL_BLOCK:
+                return self._take_header()
+            whole = len(self._pending) - len(self._pending) % _XERIAL_BLOCK
+            out = self._take_header() + _xerial_blocks(memoryview(self._pending)[:whole])
+            del self._pending[:whole]
+            return out
+        return self._take_header() + self._c.compress(data)
+
+    def flush(self) -> bytes:
+        if self.codec == Compression.SNAPPY:
+            pending, self._pending = bytes(self._pending), bytearray()
+            if self._raw:
+                return _snappy.compress(pending)
+            return self._take_header() + _xerial_blocks(pending)
+        return self._take_header() + self._c.flush()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,41 +217,81 @@ def _xerial_compress(data) -> bytes:
 def decompress(codec: int, data, *, magic: int = 2, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
     """Inflate ``data``; never produce more than ``max_bytes`` (see the module docstring)."""
     codec = Compression(codec)
+    if codec == Compression.NONE:
+        _require(codec)
+        return bytes(data)
+    return b"".join(iter_decompress(codec, data, magic=magic, max_bytes=max_bytes))
+
+
+def iter_decompress(
+    codec: int,
+    data,
+    *,
+    magic: int = 2,
+    max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    chunk: int = DECOMPRESS_CHUNK,
+) -> Iterator:
+    """Inflate ``data`` piece by piece: yields bytes-like pieces of at most ``chunk`` bytes each.
+
+    The work is done as the pieces are asked for, so a caller that stops iterating (a record
+    walk that found what it needed, or an error) spends nothing on the rest; and memory stays at
+    about a piece per codec (a snappy block is decompressed whole, at most 22 times its
+    compressed size, and handed out in slices). The total is bounded by ``max_bytes`` (beyond it:
+    ``RECORD_LIST_TOO_LARGE``, at most one piece later); undecodable or truncated input raises
+    ``CORRUPT_MESSAGE`` when reached. zlib, lz4, zstd and snappy release the GIL while they work.
+    """
+    codec = Compression(codec)
     _require(codec)
     if codec == Compression.NONE:
-        return bytes(data)
-    if codec == Compression.GZIP:
-        return _gunzip(data, max_bytes)
-    if codec == Compression.SNAPPY:
-        return _unsnappy(data, max_bytes)
-    if codec == Compression.LZ4:
-        return _unlz4(data, magic, max_bytes)
-    if magic < 2:
+        yield bytes(data)
+        return
+    if codec == Compression.ZSTD and magic < 2:
         raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd is only valid in magic 2 batches")
-    return _unzstd(data, max_bytes)
-
-
-def _gunzip(data, max_bytes: int) -> bytes:
-    out = bytearray()
-    rest = bytes(data)
+    total = 0
     try:
-        while True:
-            d = zlib.decompressobj(31)
-            chunk = d.decompress(rest, max_bytes - len(out) + 1)
-            out += chunk
-            if len(out) > max_bytes:
-                raise _too_large("gzip", max_bytes)
-            while d.unconsumed_tail:
-                out += d.decompress(d.unconsumed_tail, max_bytes - len(out) + 1)
-                if len(out) > max_bytes:
-                    raise _too_large("gzip", max_bytes)
-            if not d.eof:
+        if codec == Compression.GZIP:
+            pieces = _gunzip_pieces(data, chunk)
+        elif codec == Compression.SNAPPY:
+            pieces = _unsnappy_pieces(data, chunk, max_bytes)
+        elif codec == Compression.LZ4:
+            pieces = _unlz4_pieces(data, magic, chunk)
+        else:
+            pieces = _unzstd_pieces(data, chunk)
+        for piece in pieces:
+            total += len(piece)
+            if total > max_bytes:
+                raise _too_large(codec, max_bytes)
+            if len(piece) <= chunk:
+                yield piece
+            else:  # zstd hands over whole blocks: a piece may pass the chunk by up to one
+                view = memoryview(piece)
+                for start in range(0, len(view), chunk):
+                    yield view[start : start + chunk]
+    except KafkaError:
+        raise
+    except Exception as exc:  # zlib.error, ZstdError, lz4's RuntimeError...: hostile input is corrupt input
+        raise _corrupt(codec, exc) from None
+
+
+def _gunzip_pieces(data, chunk: int):
+    """gzip members in sequence (Java's GZIPInputStream reads concatenated members too)."""
+    rest = data
+    while True:
+        d = zlib.decompressobj(31)
+        piece = d.decompress(rest, chunk)
+        if piece:
+            yield piece
+        while not d.eof:
+            tail = d.unconsumed_tail
+            # with no input left, zlib may still hold output of a match cut short by ``chunk``
+            piece = d.decompress(tail, chunk)
+            if piece:
+                yield piece
+            elif not tail:
                 raise _corrupt("gzip", "truncated stream")
-            rest = d.unused_data
-            if not rest:
-                return bytes(out)
-    except zlib.error as exc:
-        raise _corrupt("gzip", exc) from None
+        rest = d.unused_data
+        if not rest:
+            return
 
 
 def _snappy_raw_length(block) -> int:
@@ -199,89 +306,116 @@ def _snappy_raw_length(block) -> int:
     raise _corrupt("snappy", "bad length preamble")
 
 
-def _unsnappy(data, max_bytes: int) -> bytes:
-    data = bytes(data)
-    try:
-        if not data.startswith(_XERIAL_HEADER):
-            if _snappy_raw_length(data) > max_bytes:
-                raise _too_large("snappy", max_bytes)
-            return _snappy.decompress(data)
-        if len(data) < _XERIAL_PREFIX.size:
-            raise _corrupt("snappy", "truncated xerial header")
-        pos = _XERIAL_PREFIX.size
-        out = bytearray()
-        while pos < len(data):
-            if len(data) - pos < 4:
-                raise _corrupt("snappy", "truncated xerial block length")
-            (n,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            if n < 0 or pos + n > len(data):
-                raise _corrupt("snappy", "xerial block runs past the end")
-            block = data[pos : pos + n]
-            pos += n
-            if len(out) + _snappy_raw_length(block) > max_bytes:
-                raise _too_large("snappy", max_bytes)
-            out += _snappy.decompress(block)
-        return bytes(out)
-    except KafkaError:
-        raise
-    except Exception as exc:  # snappy raises its own UncompressError and assorted others
-        raise _corrupt("snappy", exc) from None
+def _unsnappy_block(block, chunk: int, room: int):
+    """One raw snappy block, its declared length checked against ``room`` before any work, handed out
+    in slices of ``chunk``. snappy cannot stream a block; it expands at most ~22 times."""
+    if _snappy_raw_length(block) > room:
+        raise _too_large("snappy", room)
+    out = memoryview(_snappy_raw(block))
+    for start in range(0, len(out), chunk):
+        yield out[start : start + chunk]
 
 
-_LZ4_STEP = 4 << 20
+def _unsnappy_pieces(data, chunk: int, max_bytes: int):
+    data = memoryview(data)
+    if data[: len(_XERIAL_HEADER)] != _XERIAL_HEADER:
+        yield from _unsnappy_block(data, chunk, max_bytes)
+        return
+    if len(data) < _XERIAL_PREFIX.size:
+        raise _corrupt("snappy", "truncated xerial header")
+    pos = _XERIAL_PREFIX.size
+    total = 0
+    while pos < len(data):
+        if len(data) - pos < 4:
+            raise _corrupt("snappy", "truncated xerial block length")
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if n < 0 or pos + n > len(data):
+            raise _corrupt("snappy", "xerial block runs past the end")
+        for piece in _unsnappy_block(data[pos : pos + n], chunk, max_bytes - total):
+            total += len(piece)
+            yield piece
+        pos += n
 
 
-def _unlz4(data, magic: int, max_bytes: int) -> bytes:
-    data = bytearray(data)
-    try:
-        if magic == 0:
-            _lz4_set_header_checksum(data, broken=False)
-        out = bytearray()
-        rest = bytes(data)
-        while rest:
-            d = _lz4f.LZ4FrameDecompressor()
-            # in steps of at most 4 MiB: python-lz4 allocates max_length up front, and a 256 MiB
-            # bound per call cost more than decompressing a 1 MB batch
-            out += d.decompress(rest, max_length=min(max_bytes - len(out) + 1, _LZ4_STEP))
-            while not d.eof and not d.needs_input and len(out) <= max_bytes:
-                out += d.decompress(b"", max_length=min(max_bytes - len(out) + 1, _LZ4_STEP))
-            if len(out) > max_bytes:
-                raise _too_large("lz4", max_bytes)
-            if not d.eof:
+def _unlz4_pieces(data, magic: int, chunk: int):
+    if magic == 0:
+        data = _lz4_set_header_checksum(bytearray(data), broken=False)
+    rest = data
+    while rest:
+        d = _lz4f.LZ4FrameDecompressor()
+        # python-lz4 allocates max_length up front: a chunk, not the cap
+        piece = d.decompress(rest, max_length=chunk)
+        if piece:
+            yield piece
+        while not d.eof:
+            if d.needs_input:
                 raise _corrupt("lz4", "truncated frame")
-            rest = d.unused_data
-        return bytes(out)
-    except KafkaError:
-        raise
-    except Exception as exc:  # lz4 raises RuntimeError for bad frames
-        raise _corrupt("lz4", exc) from None
+            piece = d.decompress(b"", max_length=chunk)
+            if not piece:
+                raise _corrupt("lz4", "no progress")
+            yield piece
+        rest = d.unused_data
 
 
-def _unzstd(data, max_bytes: int) -> bytes:
-    # Input is fed in slices small enough that even zstd's worst expansion (about 32768:1, RLE blocks)
-    # cannot overshoot the cap by more than the cap itself.
-    data = memoryview(bytes(data))
-    out = bytearray()
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE = 0x184D2A50  # .. 0x184D2A5F
+_ZSTD_BLOCK_MAX = 128 * 1024  # no block regenerates more (RFC 8878, Block_Maximum_Size)
+_U32LE = struct.Struct("<I")
+
+
+def _unzstd_pieces(data, chunk: int):
+    """zstd frames, fed to the decoder a few whole blocks at a time.
+
+    The decoder has no output bound of its own, so the frame is walked here (RFC 8878: frame
+    header, then 3-byte block headers) and handed over in slices of whole blocks whose output can
+    total at most ``chunk`` + 128 KiB: a raw or RLE block regenerates its declared size, a
+    compressed one at most 128 KiB. The walk also finds a truncated frame, which the decoder
+    would just wait on."""
+    mv = memoryview(data)
+    n = len(mv)
     pos = 0
-    try:
-        while pos < len(data):
-            d = _zstd.ZstdDecompressor().decompressobj()
-            while not d.eof:
-                if pos >= len(data):
-                    raise _corrupt("zstd", "truncated frame")
-                step = max(1024, (max_bytes - len(out)) // 32768)
-                chunk = data[pos : pos + step]
-                pos += len(chunk)
-                out += d.decompress(chunk)
-                if len(out) > max_bytes:
-                    raise _too_large("zstd", max_bytes)
-            pos -= len(d.unused_data)
-        return bytes(out)
-    except KafkaError:
-        raise
-    except _zstd.ZstdError as exc:
-        raise _corrupt("zstd", exc) from None
+    while pos < n:
+        if n - pos < 8:
+            raise _corrupt("zstd", "truncated frame")
+        magic = _U32LE.unpack_from(mv, pos)[0]
+        if magic & 0xFFFFFFF0 == _ZSTD_SKIPPABLE:
+            pos += 8 + _U32LE.unpack_from(mv, pos + 4)[0]
+            if pos > n:
+                raise _corrupt("zstd", "truncated skippable frame")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise _corrupt("zstd", "Unknown frame descriptor")
+        fhd = mv[pos + 4]
+        fcs_flag, single, checksum, did_flag = fhd >> 6, fhd & 0x20, fhd & 0x04, fhd & 0x03
+        p = pos + 5 + (0 if single else 1) + (0, 1, 2, 4)[did_flag]
+        p += (1 if single else 0, 2, 4, 8)[fcs_flag]
+        d = _zstd.ZstdDecompressor().decompressobj()
+        fed = pos
+        pending = 0  # the most the blocks not yet fed can regenerate
+        while True:
+            if n - p < 3:
+                raise _corrupt("zstd", "truncated frame")
+            header = mv[p] | mv[p + 1] << 8 | mv[p + 2] << 16
+            last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+            if kind == 3:
+                raise _corrupt("zstd", "reserved block type")
+            p += 3 + (1 if kind == 1 else size)
+            pending += _ZSTD_BLOCK_MAX if kind == 2 else size
+            if last and checksum:
+                p += 4
+            if p > n:
+                raise _corrupt("zstd", "truncated frame")
+            if pending >= chunk or last:
+                piece = d.decompress(mv[fed:p])
+                fed, pending = p, 0
+                if piece:
+                    yield piece
+            if last:
+                break
+        if not d.eof:
+            raise _corrupt("zstd", "frame does not end where its last block does")
+        pos = p
 
 
 # ---------------------------------------------------------------------------------------------

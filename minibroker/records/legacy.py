@@ -47,6 +47,10 @@ class LegacyFormatError(ValueError):
     """A v0/v1 message does not parse (Kafka: CORRUPT_MESSAGE)."""
 
 
+class MessageTooLargeError(LegacyFormatError):
+    """An inner message declares more bytes than one may take (``iter_message_stream``'s bound)."""
+
+
 @dataclass(slots=True)
 class Message:
     """One parsed v0/v1 entry (a plain message or a wrapper); key/value are memoryview slices."""
@@ -133,6 +137,47 @@ def iter_messages(buf, start: int = 0, end: int | None = None):
         pos += msg.size
 
 
+def iter_message_stream(pieces, max_message_bytes: int):
+    """The messages of a message set that arrives in ``pieces`` (a wrapper's value, decompressed as
+    it is read: ``codecs.iter_decompress``), each parsed whole (``parse_message``; positions are
+    within the buffer it was read from). Reads as ``iter_messages`` does, errors included (a
+    partial message at the end is an error), holding the piece being read plus at most one
+    message: one declaring more than ``max_message_bytes`` (log overhead included) raises
+    ``MessageTooLargeError`` before its bytes are read."""
+    held = b""
+    parts: list = []
+    have = 0
+    need = LOG_OVERHEAD  # bytes the next message takes from the start of ``held``, at least
+    for piece in pieces:
+        if not piece:
+            continue
+        parts.append(piece)
+        have += len(piece)
+        if have < need:
+            continue
+        buf = b"".join((held, *parts)) if held or len(parts) > 1 else bytes(parts[0])
+        parts.clear()
+        pos, end = 0, len(buf)
+        need = LOG_OVERHEAD
+        while end - pos >= LOG_OVERHEAD:
+            size = LOG_OVERHEAD + _OVERHEAD.unpack_from(buf, pos)[1]
+            if size > max_message_bytes:
+                raise MessageTooLargeError(
+                    f"Record size exceeds the largest allowable message size ({max_message_bytes})."
+                )
+            if size >= LOG_OVERHEAD + RECORD_OVERHEAD_V0 and pos + size > end:
+                need = size
+                break
+            msg = parse_message(buf, pos, end)
+            yield msg
+            pos += msg.size
+        held = buf[pos:]
+        have = len(held)
+    if parts:
+        held = b"".join((held, *parts))
+    yield from iter_messages(held)  # nothing, or a message cut short: iter_messages' error
+
+
 def inner_messages(
     wrapper: Message,
     *,
@@ -215,6 +260,109 @@ def message_size(magic: int, key, value) -> int:
     )
 
 
+BUILD_SPILL = 1 << 20  # MessageSetBuilder: past this many inner bytes, compress as the messages come
+
+
+class MessageSetBuilder:
+    """v0/v1 messages written one by one (``append``, then ``build``); compressed, ONE wrapper whose
+    inner set is compressed as it comes once past ``spill`` bytes (smaller ones in one call, as
+    ``build_message_set`` always did). ``size`` is the largest entry so far (a lower bound for a
+    wrapper until it is built), for a caller that gives up on a result too large to store."""
+
+    def __init__(
+        self,
+        magic: int,
+        *,
+        compression: int = Compression.NONE,
+        timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+        log_append_time: int = NO_TIMESTAMP,
+        snappy_framing: str = "xerial",
+        spill: int = BUILD_SPILL,
+    ):
+        if magic not in (0, 1):
+            raise ValueError(f"magic {magic} is not a legacy format")
+        self.magic = magic
+        self.codec = Compression(compression)
+        self.ts_attr = (
+            TIMESTAMP_TYPE_MASK if magic == 1 and timestamp_type == TimestampType.LOG_APPEND_TIME else 0
+        )
+        self.log_append_time = log_append_time
+        self.snappy_framing = snappy_framing
+        self.spill = spill
+        self.count = 0
+        self.first_offset: int | None = None
+        self.last_offset: int | None = None
+        self._max_ts: int | None = None
+        self._parts: list[bytes] = []
+        self._raw_size = 0
+        self._largest = 0
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._stream = None
+
+    def append(self, offset: int, timestamp: int, key, value, headers=()) -> None:
+        """``headers`` are ignored: magic 0/1 cannot hold them."""
+        if self.ts_attr:
+            timestamp = self.log_append_time
+        if self.magic == 0:
+            timestamp = NO_TIMESTAMP
+        if self.first_offset is None:
+            self.first_offset = offset
+        self.last_offset = offset
+        self.count += 1
+        if self._max_ts is None or timestamp > self._max_ts:
+            self._max_ts = timestamp
+        if self.codec == Compression.NONE:
+            message = encode_message(self.magic, offset, timestamp, key, value, self.ts_attr)
+            self._largest = max(self._largest, len(message))
+        else:
+            inner_offset = (offset - self.first_offset) if self.magic == 1 else offset
+            message = encode_message(self.magic, inner_offset, timestamp, key, value, self.ts_attr)
+        self._parts.append(message)
+        self._raw_size += len(message)
+        if self._raw_size >= self.spill and self.codec != Compression.NONE:
+            self._drain()
+
+    def _drain(self) -> None:
+        if self._stream is None:
+            from minibroker.records.codecs import StreamCompressor
+
+            self._stream = StreamCompressor(self.codec, magic=self.magic, snappy_framing=self.snappy_framing)
+        out = self._stream.compress(b"".join(self._parts))
+        self._parts.clear()
+        self._raw_size = 0
+        if out:
+            self._out.append(out)
+            self._out_size += len(out)
+
+    @property
+    def size(self) -> int:
+        if self.codec == Compression.NONE:
+            return self._largest
+        overhead = LOG_OVERHEAD + (RECORD_OVERHEAD_V1 if self.magic == 1 else RECORD_OVERHEAD_V0)
+        return overhead + self._out_size
+
+    def build(self) -> bytes:
+        if not self.count:
+            return b""
+        if self.codec == Compression.NONE:
+            return b"".join(self._parts)
+        if self._stream is None:
+            payload = compress(
+                self.codec, b"".join(self._parts), magic=self.magic, snappy_framing=self.snappy_framing
+            )
+        else:
+            self._drain()
+            self._out.append(self._stream.flush())
+            payload = b"".join(self._out)
+        wrapper_ts = NO_TIMESTAMP
+        if self.magic == 1:
+            wrapper_ts = self.log_append_time if self.ts_attr else self._max_ts
+        return encode_message(
+            self.magic, self.last_offset, wrapper_ts, None, payload, int(self.codec) | self.ts_attr
+        )
+
+
 def build_message_set(
     magic: int,
     records: Iterable,
@@ -224,7 +372,7 @@ def build_message_set(
     log_append_time: int = NO_TIMESTAMP,
     snappy_framing: str = "xerial",
 ) -> bytes:
-    """Encode records as v0/v1 messages; compressed, as ONE wrapper.
+    """Encode records as v0/v1 messages; compressed, as ONE wrapper (``MessageSetBuilder``).
 
     ``records`` yields ``(offset, timestamp, key, value)`` (absolute offsets; extra items such as
     headers are ignored, magic 0/1 cannot hold them) or ``Record`` objects. With LogAppendTime (v1)
@@ -232,32 +380,20 @@ def build_message_set(
     the last inner offset; v1 inner offsets are written relative (0..n-1, following the
     given spacing), v0 ones absolute.
     """
-    if magic not in (0, 1):
-        raise ValueError(f"magic {magic} is not a legacy format")
-    rows = [
-        (r.offset, r.timestamp, r.key, r.value) if isinstance(r, Record) else tuple(r)[:4] for r in records
-    ]
-    if not rows:
-        return b""
-    codec = Compression(compression)
-    ts_attr = 0
-    if magic == 1 and timestamp_type == TimestampType.LOG_APPEND_TIME:
-        ts_attr = TIMESTAMP_TYPE_MASK
-        rows = [(o, log_append_time, k, v) for o, _, k, v in rows]
-    if magic == 0:
-        rows = [(o, NO_TIMESTAMP, k, v) for o, _, k, v in rows]
-    if codec == Compression.NONE:
-        return b"".join(encode_message(magic, o, ts, k, v, ts_attr) for o, ts, k, v in rows)
-    first = rows[0][0]
-    last = rows[-1][0]
-    inner = b"".join(
-        encode_message(magic, (o - first) if magic == 1 else o, ts, k, v, ts_attr) for o, ts, k, v in rows
+    builder = MessageSetBuilder(
+        magic,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        log_append_time=log_append_time,
+        snappy_framing=snappy_framing,
     )
-    payload = compress(codec, inner, magic=magic, snappy_framing=snappy_framing)
-    wrapper_ts = NO_TIMESTAMP
-    if magic == 1:
-        wrapper_ts = log_append_time if ts_attr else max(ts for _, ts, _, _ in rows)
-    return encode_message(magic, last, wrapper_ts, None, payload, int(codec) | ts_attr)
+    for r in records:
+        if isinstance(r, Record):
+            builder.append(r.offset, r.timestamp, r.key, r.value)
+        else:
+            offset, timestamp, key, value = tuple(r)[:4]
+            builder.append(offset, timestamp, key, value)
+    return builder.build()
 
 
 def set_offset(buf, position: int, offset: int) -> None:

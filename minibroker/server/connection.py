@@ -9,7 +9,15 @@ so a request costs one copy at most before it reaches the log.
 
 Rules kept here:
 - a frame is an int32 size then that many bytes; a size above ``socket.request.max.bytes``
-  (or negative) closes the connection before anything is allocated;
+  (or negative) closes the connection. A size prefix reserves nothing: the read buffer starts at
+  ``INITIAL_BUFFER`` (allocated on the first read, dropped or shrunk to what it holds when the
+  connection falls silent) and grows, at most doubling, once it is full of one frame's bytes (or, up to
+  ``RETAIN_BUFFER``, when whole frames arrive back to back), so a client that announces 100 MiB
+  and sends nothing more costs one small buffer;
+- with ``queued.max.request.bytes`` set, each frame's size is reserved in the broker's
+  ``MemoryPool`` once its size prefix has arrived, as Kafka's SimpleMemoryPool does; when the
+  pool is exhausted, a connection that would start a new frame stops being read until bytes
+  are released (one that has started a frame finishes it, so reads never deadlock);
 - requests are handled one after another and answered strictly in request order; up to
   ``MAX_QUEUED`` whole requests are buffered (clients pipeline up to 5), then reading pauses;
 - a synchronous handler is answered inline in ``data_received`` (no task switch on the produce
@@ -42,23 +50,78 @@ MAX_QUEUED = 5
 _SIZE = struct.Struct(">i")
 API_VERSIONS = 18
 
+INITIAL_BUFFER = 16 * 1024  # a connection's read buffer on its first read
+SILENT_BUFFER = 256  # the least a silent connection keeps for the few bytes it holds
+RETAIN_BUFFER = 2 * 1024 * 1024  # a larger read buffer is dropped as soon as its frames are handled
 
-SCRATCH_SIZE = 256 * 1024
+
+def _pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+class MemoryPool:
+    """``queued.max.request.bytes``: request bytes all connections together may hold.
+
+    Kafka's SimpleMemoryPool in its non-strict form: a reservation succeeds while anything is
+    available, so one frame may overshoot the bound by up to its own size. Connections refused
+    wait in line and are woken in order as bytes are released. Owned by the SocketServer; used
+    from the event loop only.
+    """
+
+    __slots__ = ("limit", "used", "_waiting", "_wake_scheduled")
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._waiting: collections.deque = collections.deque()
+        self._wake_scheduled = False
+
+    def try_reserve(self, n: int) -> bool:
+        if self.used < self.limit and not self._waiting:
+            self.used += n
+            return True
+        return False
+
+    def force(self, n: int) -> None:
+        """Count bytes that are held already (a frame that arrived whole and must be queued)."""
+        self.used += n
+
+    def wait(self, conn) -> None:
+        self._waiting.append(conn)
+
+    def release(self, n: int) -> None:
+        self.used -= n
+        if self._waiting and self.used < self.limit and not self._wake_scheduled:
+            self._wake_scheduled = True
+            asyncio.get_running_loop().call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self._wake_scheduled = False
+        while self._waiting and self.used < self.limit:
+            self._waiting.popleft().memory_available()
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker, max_request_size: int, listener: str = "PLAINTEXT"):
+    def __init__(self, broker, max_request_size: int, listener: str = "PLAINTEXT", *, address: str = "",
+                 pool: MemoryPool | None = None):
         self.broker = broker
         self.listener = listener  # the listener name this connection came in on
         self.max_request_size = max_request_size
         self.transport: asyncio.Transport | None = None
         self.peer = None
-        self._scratch = bytearray(SCRATCH_SIZE)
-        self._scratch_view = memoryview(self._scratch)
-        self._scratch_len = 0
-        self._frame: bytearray | None = None  # a large frame being read in place
-        self._frame_view: memoryview | None = None
-        self._frame_filled = 0
+        self.address = address  # the client's address as the connection quotas count it
+        self.counted = True  # holds a slot in the SocketServer's counts until released
+        self.active = False  # bytes read or a response written since the last sweep
+        self.last_active = 0.0  # loop time of the sweep that last saw activity
+        # The read buffer: bytes [_start, _end) are unhandled, beginning with an incomplete frame.
+        self._buf: bytearray | None = None
+        self._view: memoryview | None = None
+        self._start = 0
+        self._end = 0
+        self._pool = pool
+        self._granted = 0  # bytes reserved in the pool for the incomplete frame at _start
+        self._queued_bytes = 0  # bytes of queued frames counted in the pool
+        self._mem_muted = False  # not read until the pool has room
         self._queue: collections.deque = collections.deque()
         self._busy = False
         self._reading_paused = False
@@ -66,6 +129,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._task: asyncio.Task | None = None
         self._drained: asyncio.Future | None = None  # set while the transport buffer is non-empty
         self._write_paused = False
+        self._send_blocked = False  # a sendfile waits for the socket to take more
         self._sock_fd_dup = -1
         self.session_ids: set[int] = set()  # fetch sessions created here (for cleanup)
 
@@ -74,6 +138,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport):
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
+        self.last_active = asyncio.get_running_loop().time()
         # high=0: every write that cannot complete at once pauses us, and resume_writing says the
         # buffer is empty again, which is when sendfile may write to the socket directly.
         transport.set_write_buffer_limits(high=0, low=0)
@@ -83,6 +148,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc):
         self._closed = True
+        self._release_memory()
         self.broker.connections.discard(self)
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -100,75 +166,166 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self):
         self._write_paused = False
+        self.active = True  # the client read what was written
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         if self._queue and not self._busy:
-            self._pump()
+            # Not inline: asyncio's transport calls us from _write_ready, which, should a queued
+            # request close the connection here, calls connection_lost a second time (tests/test_fuzz.py).
+            asyncio.get_running_loop().call_soon(self._pump)
 
     # -- reading: asyncio.BufferedProtocol -----------------------------------------------------
     #
-    # The socket is read into buffers we own. Small frames are read into a fixed scratch buffer
-    # and copied out once; a frame larger than it gets a bytearray of exactly its size, into which
-    # the kernel reads the rest directly. Either way a request is one writable bytearray, so the
-    # validator patches offsets in it in place and storage writes it without another copy.
+    # The socket is read into one buffer per connection, which we own. A frame that is whole in it
+    # is handled straight from it (a memoryview, no copy) when nothing is queued, else copied out
+    # into the queue. The buffer grows only when it is full of one incomplete frame, and never
+    # past what that frame needs: memory follows the bytes that arrived, not the size prefix.
 
     def get_buffer(self, sizehint: int):
-        if self._frame is not None:
-            return self._frame_view[self._frame_filled:]
-        return self._scratch_view[self._scratch_len:]
+        if self._view is None:
+            self._buf = bytearray(INITIAL_BUFFER)
+            self._view = memoryview(self._buf)
+        return self._view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._closed:
             return
-        if self._frame is not None:
-            self._frame_filled += nbytes
-            if self._frame_filled == len(self._frame):
-                self._queue.append(self._frame)
-                self._frame = self._frame_view = None
-            self._pump()
-            return
-        self._scratch_len += nbytes
-        scratch, view, end, pos = self._scratch, self._scratch_view, self._scratch_len, 0
+        self.active = True
+        end = self._end + nbytes
+        self._end = end
+        buf, view, pos = self._buf, self._view, self._start
+        need = 4  # bytes the incomplete frame at pos takes in all, once its size is known
         while end - pos >= 4:
-            size = _SIZE.unpack_from(scratch, pos)[0]
-            if not self._size_ok(size):
+            size = _SIZE.unpack_from(buf, pos)[0]
+            if not 0 < size <= self.max_request_size:
+                self._size_refused(size)
                 return
-            available = end - pos - 4
-            if available >= size:
-                if not self._queue and not self._busy and not self._write_paused:
-                    # Handled straight from the scratch buffer: decoding finishes before the buffer is
-                    # compacted, and no decoded request keeps a view of it past its synchronous
-                    # handling (only Produce carries records views, and Produce is synchronous).
-                    self._handle_frame(view[pos + 4: pos + 4 + size])
-                    if self._closed:
-                        return
-                else:
-                    self._queue.append(bytearray(view[pos + 4: pos + 4 + size]))
-                pos += 4 + size
-            elif size + 4 > len(scratch):  # larger than the scratch buffer: read the rest in place
-                frame = bytearray(size)
-                frame[:available] = view[pos + 4: end]
-                self._frame, self._frame_view, self._frame_filled = frame, memoryview(frame), available
-                pos = end
+            stop = pos + 4 + size
+            if stop > end:
+                need = size + 4
                 break
+            if not self._queue and not self._busy and not self._write_paused:
+                # Handled straight from the read buffer: decoding finishes before the buffer is
+                # compacted, and no decoded request keeps a view of it past its synchronous
+                # handling (only Produce carries records views, and Produce is synchronous).
+                if self._granted:
+                    self._pool.release(self._granted)
+                    self._granted = 0
+                self._handle_frame(view[pos + 4: stop])
+                if self._closed:
+                    return
             else:
-                break
-        if pos:
-            remaining = end - pos
-            if remaining:
-                scratch[:remaining] = view[pos:end]
-            self._scratch_len = remaining
+                self._queue.append(bytearray(view[pos + 4: stop]))
+                if self._pool is not None:
+                    if not self._granted:
+                        self._pool.force(size)
+                    self._granted = 0
+                    self._queued_bytes += size
+            pos = stop
+        if pos == end:
+            self._start = self._end = 0
+            cap = len(buf)
+            if cap > RETAIN_BUFFER or (self._pool is not None and cap > INITIAL_BUFFER):
+                self._buf = self._view = None  # a big frame's buffer is not kept for the next one
+        else:
+            self._start = pos
+            if self._pool is not None and need > 4 and not self._granted and not self._mem_muted:
+                if self._pool.try_reserve(need - 4):
+                    self._granted = need - 4
+                else:  # not read, and its buffer not grown, until the pool has room
+                    self._mem_muted = True
+                    self._pool.wait(self)
+            if pos + need > len(buf) and not self._mem_muted:
+                self._make_room(need)
         self._pump()
+
+    def _make_room(self, need: int) -> None:
+        """The incomplete frame at ``_start`` (``need`` bytes in all) does not fit after ``_start``:
+        move it to the front (into a buffer twice the size when frames come back to back and the
+        move would be large); if it fills the whole buffer already, grow the buffer, at most
+        doubling it, and to the frame's exact size for a frame too big to keep a buffer for."""
+        start, end, buf = self._start, self._end, self._buf
+        pending = end - start
+        cap = len(buf)
+        if start and pending > cap // 4 and 2 * cap <= RETAIN_BUFFER and self._pool is None:
+            # Frames arrive back to back and each would be moved largely: a buffer twice the size
+            # (still what arrived: the frames before this one came whole) holds two, and moves
+            # become rare.
+            new = bytearray(2 * cap)
+            new[:pending] = self._view[start:end]
+            self._buf, self._view = new, memoryview(new)
+            self._start, self._end = 0, pending
+        elif start:
+            if pending <= start:
+                buf[:pending] = self._view[start:end]
+            else:  # overlapping ranges: slice assignment is a memcpy, which must not see them
+                buf[:pending] = bytes(self._view[start:end])
+            self._start, self._end = 0, pending
+        elif end == cap:
+            new_cap = min(2 * cap, need if need > RETAIN_BUFFER else _pow2(need))
+            new = bytearray(new_cap)
+            new[:pending] = self._view[:pending]
+            self._buf, self._view = new, memoryview(new)
+
+    def release_idle_buffer(self) -> None:
+        """The connection was silent since the last sweep: drop its read buffer when empty, or
+        shrink it to twice what it holds (a stalled client's size prefix keeps 256 bytes); it
+        grows again as bytes arrive."""
+        buf = self._buf
+        if buf is None:
+            return
+        pending = self._end - self._start
+        if not pending:
+            self._buf = self._view = None
+            self._start = self._end = 0
+            return
+        size = max(SILENT_BUFFER, _pow2(2 * pending))
+        if size < len(buf):
+            new = bytearray(size)
+            new[:pending] = self._view[self._start:self._end]
+            self._buf, self._view = new, memoryview(new)
+            self._start, self._end = 0, pending
+
+    def memory_available(self) -> None:
+        """Woken by the pool: reserve the incomplete frame's size and read again."""
+        if self._closed or not self._mem_muted:
+            return
+        self._mem_muted = False
+        if self._end - self._start >= 4 and not self._granted:
+            size = _SIZE.unpack_from(self._buf, self._start)[0]
+            self._pool.force(size)
+            self._granted = size
+            if self._start + size + 4 > len(self._buf):
+                self._make_room(size + 4)
+        self._update_reading()
+
+    @property
+    def buffer_size(self) -> int:
+        """Bytes of read buffer this connection holds now (0 when it has none)."""
+        return 0 if self._buf is None else len(self._buf)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes read and not yet handled or queued: the start of an incomplete frame."""
+        return self._end - self._start
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    def _release_memory(self) -> None:
+        if self._pool is not None:
+            held = self._granted + self._queued_bytes
+            self._granted = self._queued_bytes = 0
+            if held:
+                self._pool.release(held)
 
     def eof_received(self):
         return False  # close the transport: a client that stops sending is done
 
-    def _size_ok(self, size: int) -> bool:
-        if 0 < size <= self.max_request_size:
-            return True
+    def _size_refused(self, size: int) -> None:
         log.debug("%s: frame size %d outside 1..%d, closing", self.peer, size, self.max_request_size)
         self.close()
-        return False
 
     # -- request processing ---------------------------------------------------------------------
 
@@ -176,10 +333,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         queue = self._queue
         # A client that does not read its responses stops being read: its memory stays bounded.
         while queue and not self._busy and not self._closed and not self._write_paused:
-            self._handle_frame(queue.popleft())
+            frame = queue.popleft()
+            if self._pool is not None:
+                self._queued_bytes -= len(frame)
+                self._pool.release(len(frame))
+            self._handle_frame(frame)
+        self._update_reading()
+
+    def _update_reading(self) -> None:
         if self._closed:
             return
-        if len(queue) >= MAX_QUEUED:
+        if len(self._queue) >= MAX_QUEUED or self._mem_muted:
             if not self._reading_paused:
                 self._reading_paused = True
                 self.transport.pause_reading()
@@ -237,6 +401,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._closed:
             return
         self._busy = False
+        self.active = True
         self._respond(header, header.api_version, response, started)
         self._pump()
 
@@ -272,6 +437,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._closed:
             return
         self._busy = False
+        self.active = True
         self._pump()
 
     async def _wait_transport_empty(self) -> None:
@@ -304,9 +470,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if sent is None:
                 ready = loop.create_future()
                 loop.add_writer(sock, lambda ready=ready: ready.done() or ready.set_result(None))
+                self._send_blocked = True
                 try:
                     await ready
                 finally:
+                    self._send_blocked = False
                     loop.remove_writer(sock)
                 continue
             if sent == 0:
@@ -314,6 +482,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 # longer be completed, and a short frame would desync the client. Close.
                 raise ConnectionResetError("segment shorter than the region being sent")
             offset += sent
+            self.active = True
             remaining -= sent
 
     # -- closing --------------------------------------------------------------------------------
@@ -322,16 +491,33 @@ class KafkaConnection(asyncio.BufferedProtocol):
         log.debug("%s: %s; closing", self.peer, why)
         self.close()
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """Close after what is written has been sent, or with ``abort`` at once, dropping it (for a
+        client that may not be reading: Kafka's processors drop unsent bytes of a closed channel)."""
         if not self._closed:
             self._closed = True
             self._queue.clear()
+            self._release_memory()
             if self.transport is not None:
-                self.transport.close()
+                if abort:
+                    self.transport.abort()
+                else:
+                    self.transport.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def idle(self) -> bool:
+        """No request being answered and none queued."""
         return not self._busy and not self._queue
+
+    @property
+    def answering(self) -> bool:
+        """A request is being answered (an async handler waits: a long poll, a group join) while
+        the client reads what is written; connections.max.idle.ms does not close it meanwhile."""
+        return self._busy and not self._write_paused and not self._send_blocked
 
     @property
     def in_flight(self) -> asyncio.Task | None:

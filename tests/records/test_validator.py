@@ -227,16 +227,23 @@ def test_trailing_partial_entry_is_trimmed_like_kafka():
     assert r.trimmed_bytes == 30 and len(r.data) == len(data)
 
 
-def test_deep_validation_and_timestamp_bounds_walk_records():
-    cfg = AppendConfig(deep_validation=True)
+@pytest.mark.parametrize(
+    "cfg", [CFG, AppendConfig(compacted=True), AppendConfig(timestamp_after_max_ms=10**9)]
+)
+def test_records_are_walked_and_a_wrong_max_timestamp_corrected(cfg):
     r = assign(build_records(2, rows(3)), config=cfg)
     assert r.path == AppendPath.IN_PLACE
-    # a producer's wrong maxTimestamp is corrected when records are walked, as Kafka does
+    # a producer's wrong maxTimestamp is corrected (and the CRC with it), as Kafka does
     bad = bytearray(build_records(2, rows(3)))
     struct.pack_into(">q", bad, v2.MAX_TIMESTAMP_OFFSET, 5)
     v2.BatchHeader(bad).update_crc()
+    untouched = bytes(bad)
     r = assign(bad, config=cfg)
     assert v2.BatchHeader(r.data).max_timestamp == NOW - 998 and v2.BatchHeader(r.data).is_valid()
+    assert r.max_timestamp == r.batches[0].max_timestamp == r.entries[0].max_timestamp == NOW - 998
+    # unless the walk is switched off (not Kafka's behaviour): then the producer's header stands
+    r = assign(bytearray(untouched), config=AppendConfig(skip_record_walk=True))
+    assert v2.BatchHeader(r.data).max_timestamp == 5 and r.max_timestamp == 5
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -314,9 +321,13 @@ def test_count_and_offset_consistency():
     struct.pack_into(">i", data, v2.RECORDS_COUNT_OFFSET, 2)
     assert code_of(recrc(data)) == ErrorCode.INVALID_RECORD  # lastOffsetDelta 2 vs count 2
     struct.pack_into(">i", data, v2.LAST_OFFSET_DELTA_OFFSET, 1)
-    # header self-consistent but lies about the records: the fast path cannot see it, deep validation can
-    assert assign(recrc(bytearray(data))).path == AppendPath.IN_PLACE
-    assert code_of(recrc(data), config=AppendConfig(deep_validation=True)) == ErrorCode.INVALID_RECORD
+    # header self-consistent but lies about the records: the walk sees it (Kafka: "records still remaining")
+    err = error_of(lambda: assign(recrc(data)))
+    assert err.code == ErrorCode.INVALID_RECORD and "still remaining" in err.message
+    assert "record_errors" not in err.details  # a structural error: Kafka sends no record_errors for it
+    # only with the walk switched off (not Kafka's behaviour) does the header's word stand
+    unwalked = assign(recrc(bytearray(data)), config=AppendConfig(skip_record_walk=True))
+    assert unwalked.path == AppendPath.IN_PLACE
     data2 = bytearray(build_records(2, rows(3), compression=Compression.LZ4))
     struct.pack_into(">i", data2, v2.RECORDS_COUNT_OFFSET, 2)
     struct.pack_into(">i", data2, v2.LAST_OFFSET_DELTA_OFFSET, 1)
