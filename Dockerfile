@@ -1,7 +1,15 @@
 # minibroker: a single-node Kafka-compatible broker, as a container for tests and compose files.
 #
+# With a Docker engine (and Docker Hub for python:3.11-slim):
 #   docker build -t minibroker .
 #   docker run --rm -p 9092:9092 minibroker          # clients use localhost:9092
+#
+# Without one (the project's build machines: no Docker daemon, no Docker Hub), podman builds and runs
+# this same file; scripts/container.sh sets podman up and builds the base image locally:
+#   scripts/container.sh setup && scripts/container.sh build     # -> minibroker:latest
+#   scripts/container.sh run mb 9092; scripts/container.sh stop mb
+# or by hand: podman build --format docker -t minibroker . && podman run --rm -p 9092:9092 minibroker
+# (--format docker keeps the HEALTHCHECK). Compose: podman-compose (docs/container.md).
 #
 # Two ways to install the package (docs/container.md, "Building the image"):
 #   * default: the build stage builds minibroker and its dependencies from source / PyPI (needs network);

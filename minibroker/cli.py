@@ -38,18 +38,36 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
 
 
 def log_config_banner(config, config_file: str | None) -> None:
-    """The startup banner: where config came from, each non-default setting with its source,
-    then the whole effective configuration on one line (as Kafka logs its KafkaConfig values)."""
+    """The startup banner at INFO: where config came from, then each non-default setting with its
+    source, one per line. At DEBUG also every effective key, one per line (passwords masked)."""
     from minibroker import __version__
 
     log = logging.getLogger("minibroker.config")
     if not log.isEnabledFor(logging.INFO):
-        return  # the effective-config line costs half a millisecond to build
+        return
     log.info("minibroker %s starting; config file: %s", __version__,
              config_file or "none (embedded defaults)")
     for key, value in sorted(config.non_default().items()):
         log.info("  %s = %s  (from %s)", key, value, config.source_of(key))
-    log.info("effective config: %s", ", ".join(f"{k}={v}" for k, v in sorted(config.effective().items())))
+    if log.isEnabledFor(logging.DEBUG):  # ~600 keys: building them costs time nobody wants at INFO
+        log.debug("effective config (every key):")
+        for key, value in sorted(config.effective().items()):
+            log.debug("  %s = %s", key, value)
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(text: str) -> str:
+    """argparse ``type`` of ``--log-level``: one of LOG_LEVELS, any case; anything else is an error
+    (also when it comes from MINIBROKER_LOG_LEVEL, the option's default)."""
+    level = text.strip().upper()
+    if level not in LOG_LEVELS:
+        env = os.environ.get("MINIBROKER_LOG_LEVEL")
+        where = " (from MINIBROKER_LOG_LEVEL)" if env is not None and env == text else ""
+        raise argparse.ArgumentTypeError(f"invalid log level {text!r}{where}: choose from "
+                                         f"{', '.join(LOG_LEVELS)} (any case)")
+    return level
 
 
 def choose_event_loop(name: str) -> None:
@@ -100,9 +118,11 @@ def cmd_serve(args) -> int:
         return 2
     log_config_banner(config, args.config_file)
     choose_event_loop(args.loop)
+    from minibroker.storage.dir_lock import LogDirLockedError
+
     try:
         asyncio.run(run_broker(config))
-    except OSError as e:
+    except (OSError, LogDirLockedError) as e:  # a port in use, a locked or unusable log dir
         print(f"minibroker: {e}", file=sys.stderr)
         return 1
     return 0
@@ -158,8 +178,8 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
     serve.add_argument("config_file", nargs="?", help="a server.properties file (optional)")
     serve.add_argument("--override", action="append", metavar="KEY=VALUE",
                        help="set a config property (repeatable; wins over file and environment)")
-    serve.add_argument("--log-level", default=os.environ.get("MINIBROKER_LOG_LEVEL", "INFO"),
-                       help="DEBUG, INFO, WARNING, ERROR (env MINIBROKER_LOG_LEVEL)")
+    serve.add_argument("--log-level", type=log_level, default=os.environ.get("MINIBROKER_LOG_LEVEL", "INFO"),
+                       help="DEBUG, INFO, WARNING, ERROR or CRITICAL, any case (env MINIBROKER_LOG_LEVEL)")
     serve.add_argument("--log-format", choices=("text", "json"),
                        default=os.environ.get("MINIBROKER_LOG_FORMAT", "text"),
                        help="log line format (env MINIBROKER_LOG_FORMAT)")
@@ -204,7 +224,11 @@ def add_console_tools(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(console_tools=not (argv and argv[0] in ("serve", "healthcheck"))).parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C where a tool has no handling of its own: no traceback
+        print(f"minibroker {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

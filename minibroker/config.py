@@ -14,7 +14,8 @@ Sources, lowest to highest precedence (as the apache/kafka image and kafka-serve
 At run time AlterConfigs may add dynamic broker values (per broker, then cluster default) above all
 static sources, exactly as Kafka layers them for DescribeConfigs.
 
-Unknown keys are logged as warnings on ``minibroker.config``; invalid values raise ``ConfigError``
+Unknown keys are logged as warnings on ``minibroker.config`` (with their source and a "did you mean"
+for a close known key); invalid values raise ``ConfigError``
 naming the key, the value, where it came from and what is allowed. Topic-level validation raises
 ``KafkaError(INVALID_CONFIG)`` for the CreateTopics / AlterConfigs handlers.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import re
 from collections.abc import Iterable, Mapping
 from enum import IntEnum
@@ -156,17 +158,19 @@ class OneOf:
 
 
 class ListOf:
-    """Every item of a list must be one of ``values``; the list may not be empty."""
+    """Every item of a list must be one of ``values``; the list may be empty only when
+    ``allow_empty`` (Kafka's ``ValidList.in`` accepts an empty list: ``cleanup.policy=`` is legal)."""
 
-    __slots__ = ("values",)
+    __slots__ = ("values", "allow_empty")
 
-    def __init__(self, *values: str):
+    def __init__(self, *values: str, allow_empty: bool = False):
         self.values = values
+        self.allow_empty = allow_empty
 
     def __call__(self, value: Any) -> None:
         if value is None:
             return
-        if not value:
+        if not value and not self.allow_empty:
             raise ValueError("must not be empty")
         bad = [v for v in value if v not in self.values]
         if bad:
@@ -174,6 +178,40 @@ class ListOf:
 
     def describe(self) -> str:
         return "[" + ", ".join(self.values) + "]"
+
+
+class HostCounts:
+    """``host:count`` pairs separated by commas (``max.connections.per.ip.overrides``)."""
+
+    __slots__ = ()
+
+    def __call__(self, value: Any) -> None:
+        if value is not None:
+            parse_host_counts(value)
+
+    def describe(self) -> str:
+        return "host:count,..."
+
+
+def parse_host_counts(value: str) -> dict[str, int]:
+    """``"host:count,host:count"`` as {host: count}; split at each item's last colon, as Kafka's
+    ``parseCsvMap`` does, so IPv6 addresses need no brackets. Raises ValueError."""
+    out: dict[str, int] = {}
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().removeprefix("[").removesuffix("]")
+        if not sep or not host:
+            raise ValueError(f"{item!r} is not host:count")
+        try:
+            out[host] = int(count.strip())
+        except ValueError:
+            raise ValueError(f"{item!r}: the count is not an integer") from None
+        if out[host] < 0:
+            raise ValueError(f"{item!r}: the count must be at least 0")
+    return out
 
 
 class ListenerList:
@@ -246,7 +284,7 @@ _GZIP_LEVEL = Between(1, 9, also=(-1,))
 _LZ4_LEVEL = Between(1, 17)
 _ZSTD_LEVEL = Between(-131072, 22)
 _TIMESTAMP_TYPES = OneOf("CreateTime", "LogAppendTime")
-_CLEANUP_POLICIES = ListOf("compact", "delete")
+_CLEANUP_POLICIES = ListOf("compact", "delete", allow_empty=True)  # empty: neither deleted nor compacted
 _DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 
 
@@ -323,7 +361,10 @@ _BROKER_KEYS = [
     _k("unclean.leader.election.enable", _BOOL, False, "Allow an out-of-sync replica to lead.",
        importance="high", dynamic=True, no_effect=True),
     _k("request.timeout.ms", _INT, 30000, "Client request timeout.", no_effect=True),
-    _k("connections.max.idle.ms", _LONG, 600000, "Idle connections are closed after this long.",
+    _k("connections.max.idle.ms", _LONG, 600000,
+       "A connection with no bytes read or written for this long is closed, unless one of its requests "
+       "is being answered (a long poll) while the client reads; checked every min(1 s, a tenth of it). "
+       "-1: never.",
        importance="medium"),
     # --- segments and indexes
     _k("log.segment.bytes", _INT, 1073741824, "Size at which a segment file is rolled.",
@@ -399,7 +440,12 @@ _BROKER_KEYS = [
        "Convert batches for old Fetch versions (v0-v3); off answers them UNSUPPORTED_VERSION.",
        importance="low", dynamic=True),
     # --- consumer groups and offsets
-    _k("group.initial.rebalance.delay.ms", _INT, 3000, "Wait for more members before the first rebalance."),
+    _k("group.initial.rebalance.delay.ms", _INT, 0,
+       "How long the first rebalance of a new (Empty) group waits for more members to join. Kafka's code "
+       "default is 3000; the config/server.properties Kafka shipped up to 3.9 sets 0 \"for a better "
+       "out-of-the-box experience for development and testing\", and so do the apache/kafka image's "
+       "example compose files. minibroker does too, so a lone consumer gets its first records at once; "
+       "set 3000 to test or keep the delay.", kafka_default="3000"),
     _k("group.min.session.timeout.ms", _INT, 6000, "Smallest session timeout a member may ask for."),
     _k("group.max.session.timeout.ms", _INT, 1800000, "Largest session timeout a member may ask for."),
     _k("group.max.size", _INT, INT_MAX, "Most members in one classic group.", validator=AtLeast(1)),
@@ -408,8 +454,10 @@ _BROKER_KEYS = [
        validator=ListOf("classic", "consumer", "share")),
     _k("offsets.topic.num.partitions", _INT, 50, "Partitions of __consumer_offsets.", importance="high",
        validator=AtLeast(1)),
-    _k("offsets.topic.replication.factor", _SHORT, 3, "Replication factor of __consumer_offsets.",
-       importance="high", validator=AtLeast(1), no_effect=True),
+    _k("offsets.topic.replication.factor", _SHORT, 1,
+       "Replication factor of __consumer_offsets. Kafka's code default is 3; Kafka's shipped "
+       "server.properties and the apache/kafka image set 1, the only factor a single node can hold.",
+       importance="high", validator=AtLeast(1), no_effect=True, kafka_default="3"),
     _k("offsets.topic.segment.bytes", _INT, 104857600, "Segment size of __consumer_offsets.",
        importance="high", validator=AtLeast(1)),
     _k("offsets.retention.minutes", _INT, 10080, "How long committed offsets of an empty group are kept.",
@@ -424,16 +472,24 @@ _BROKER_KEYS = [
     # --- transactions and producer state
     _k("transaction.state.log.num.partitions", _INT, 50, "Partitions of __transaction_state.",
        importance="high", validator=AtLeast(1)),
-    _k("transaction.state.log.replication.factor", _SHORT, 3, "Replication factor of __transaction_state.",
-       importance="high", validator=AtLeast(1), no_effect=True),
-    _k("transaction.state.log.min.isr", _INT, 2, "min.insync.replicas of __transaction_state.",
-       importance="high", validator=AtLeast(1), no_effect=True),
+    _k("transaction.state.log.replication.factor", _SHORT, 1,
+       "Replication factor of __transaction_state. Kafka's code default is 3; Kafka's shipped "
+       "server.properties and the apache/kafka image set 1 (one node).",
+       importance="high", validator=AtLeast(1), no_effect=True, kafka_default="3"),
+    _k("transaction.state.log.min.isr", _INT, 1,
+       "min.insync.replicas of __transaction_state. Kafka's code default is 2; Kafka's shipped "
+       "server.properties and the apache/kafka image set 1 (one node).",
+       importance="high", validator=AtLeast(1), no_effect=True, kafka_default="2"),
     _k("transaction.state.log.segment.bytes", _INT, 104857600, "Segment size of __transaction_state.",
        importance="high", validator=AtLeast(1)),
-    _k("share.coordinator.state.topic.replication.factor", _SHORT, 3,
-       "Replication factor of __share_group_state.", validator=AtLeast(1), no_effect=True),
-    _k("share.coordinator.state.topic.min.isr", _SHORT, 2, "min.insync.replicas of __share_group_state.",
-       validator=AtLeast(1), no_effect=True),
+    _k("share.coordinator.state.topic.replication.factor", _SHORT, 1,
+       "Replication factor of __share_group_state. Kafka's code default is 3; Kafka's shipped KRaft "
+       "server.properties and the apache/kafka image set 1 (one node).",
+       validator=AtLeast(1), no_effect=True, kafka_default="3"),
+    _k("share.coordinator.state.topic.min.isr", _SHORT, 1,
+       "min.insync.replicas of __share_group_state. Kafka's code default is 2; Kafka's shipped KRaft "
+       "server.properties and the apache/kafka image set 1 (one node).",
+       validator=AtLeast(1), no_effect=True, kafka_default="2"),
     _k("transaction.max.timeout.ms", _INT, 900000, "Largest transaction timeout a producer may ask for.",
        importance="high", validator=AtLeast(1)),
     _k("transactional.id.expiration.ms", _INT, 604800000, "Idle time after which a transactional id expires.",
@@ -451,21 +507,32 @@ _BROKER_KEYS = [
        no_effect=True),
     _k("num.replica.fetchers", _INT, 1, "Replica fetcher threads.", dynamic=True, no_effect=True),
     _k("num.replica.alter.log.dirs.threads", _INT, None, "Threads moving replicas between dirs.",
-       dynamic=True, no_effect=True),
+       no_effect=True),
     _k("queued.max.requests", _INT, 500, "Requests queued before network threads block.",
        validator=AtLeast(1), no_effect=True),
-    _k("queued.max.request.bytes", _LONG, -1, "Bytes of queued requests allowed.", no_effect=True),
-    _k("socket.send.buffer.bytes", _INT, 102400, "SO_SNDBUF of accepted sockets; -1 keeps the OS default.",
-       dynamic=True),
-    _k("socket.receive.buffer.bytes", _INT, 102400, "SO_RCVBUF of accepted sockets; -1 keeps the OS default.",
-       dynamic=True),
-    _k("socket.listen.backlog.size", _INT, 50, "Listen backlog of each listener.", validator=AtLeast(1)),
-    _k("max.connections", _INT, INT_MAX, "Most connections the broker accepts.", validator=AtLeast(0),
-       dynamic=True),
-    _k("max.connections.per.ip", _INT, INT_MAX, "Most connections from one address.", validator=AtLeast(0),
-       dynamic=True, no_effect=True),
-    _k("max.connections.per.ip.overrides", _STR, "", "Per-address connection limits.", dynamic=True,
-       no_effect=True),
+    _k("queued.max.request.bytes", _LONG, -1,
+       "Request bytes all connections together may hold: each frame's size counts from the moment its "
+       "size prefix arrives until it is handled. When reached, a connection that would start a new "
+       "request is not read until bytes are released (one frame may overshoot it). -1 or 0: no bound; "
+       "otherwise at least socket.request.max.bytes."),
+    _k("socket.send.buffer.bytes", _INT, 102400,
+       "SO_SNDBUF of accepted sockets; -1 keeps the OS default (and its auto-tuning)."),
+    _k("socket.receive.buffer.bytes", _INT, 102400,
+       "SO_RCVBUF of the listening sockets, inherited by accepted ones; -1 keeps the OS default (and its "
+       "auto-tuning)."),
+    _k("socket.listen.backlog.size", _INT, 50,
+       "Listen backlog of each listener: connections the kernel holds while the broker is not accepting "
+       "(at max.connections, or before the logs are loaded).", validator=AtLeast(1)),
+    _k("max.connections", _INT, INT_MAX,
+       "Most connections open at once, all listeners together. At the limit the broker stops accepting "
+       "until one closes (new clients wait in the listen backlog); lowered at run time, the least "
+       "recently active connections are closed.", validator=AtLeast(0), dynamic=True),
+    _k("max.connections.per.ip", _INT, INT_MAX,
+       "Most connections from one address; a connection over it is accepted and closed at once. 0 only "
+       "with max.connections.per.ip.overrides.", validator=AtLeast(0), dynamic=True),
+    _k("max.connections.per.ip.overrides", _STR, "",
+       "Per-address limits replacing max.connections.per.ip, as host:count pairs separated by commas; a "
+       "host name counts for its first resolved address.", validator=HostCounts(), dynamic=True),
     _k("max.connection.creation.rate", _INT, INT_MAX, "New connections per second.", validator=AtLeast(0),
        dynamic=True, no_effect=True),
     _k("replica.lag.time.max.ms", _LONG, 30000, "Follower lag before it leaves the ISR.", no_effect=True),
@@ -665,8 +732,54 @@ def format_value(type: ConfigType, value: Any) -> str | None:
     if type is ConfigType.LIST:
         return ",".join(value)
     if type is ConfigType.DOUBLE:
-        return repr(float(value))
+        return _java_double(float(value))
     return str(value)
+
+
+def _java_double(value: float) -> str:
+    """``Double.toString``: plain between 10^-3 and 10^7, else ``d.dddE<exp>`` (1.7976931348623157E308)."""
+    if value == 0 or not math.isfinite(value) or 1e-3 <= abs(value) < 1e7:
+        return repr(value)
+    import decimal  # rare: only doubles outside [10^-3, 10^7)
+
+    sign, digits, exponent = decimal.Decimal(repr(value)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{exponent + len(text) - 1}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The rest of Kafka's broker configuration definition.
+
+
+def _validator_from_text(valid: str) -> Any:
+    """Kafka's valid-values text (``[1,...]``, ``[2,...,10]``, ``[a, b]``) as a validator; None for ""."""
+    if not valid:
+        return None
+    items = [v.strip() for v in valid.strip("[]").split(",")]
+    if items[1:2] == ["..."]:
+        low = int(items[0])
+        return AtLeast(low) if len(items) == 2 else Between(low, int(items[2]))
+    return OneOf(*items)
+
+
+def _kafka_only_keys() -> list[ConfigKey]:
+    """A ``no_effect`` key for every row of ``kafka_broker_keys`` (Kafka keys minibroker does not use)."""
+    from minibroker.kafka_broker_keys import KAFKA_ONLY_BROKER_KEYS
+
+    keys = []
+    for name, type_name, default, valid, importance, dynamic, doc in KAFKA_ONLY_BROKER_KEYS:
+        ctype = ConfigType[type_name.upper()]
+        keys.append(_k(name, ctype, None if default is None else parse_typed(ctype, default), doc,
+                       importance=importance, validator=_validator_from_text(valid), dynamic=dynamic,
+                       no_effect=True))
+    return keys
+
+
+# Kafka accepts every name of its broker configuration definition, so minibroker does too: loaded,
+# described with Kafka's default (DescribeConfigs), alterable when Kafka's are (AlterConfigs), and
+# documented as having no effect.
+for _key in _kafka_only_keys():
+    BROKER_CONFIGS.setdefault(_key.name, _key)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -707,7 +820,7 @@ def _ends_with_continuation(line: str) -> bool:
     return count % 2 == 1
 
 
-def parse_properties(text: str) -> dict[str, str]:
+def parse_properties(text: str, line_numbers: dict[str, int] | None = None) -> dict[str, str]:
     """Parse Java ``.properties`` text as ``java.util.Properties.load`` does; later keys win.
 
     Comments start with ``#`` or ``!``; ``key=value``, ``key:value`` and ``key value`` all work;
@@ -721,6 +834,7 @@ def parse_properties(text: str) -> dict[str, str]:
     while i < n:
         line = lines[i].lstrip(_WS)
         i += 1
+        first_line = i  # 1-based, for ``line_numbers``
         if not line or line[0] in "#!":
             continue
         while _ends_with_continuation(line):
@@ -749,10 +863,12 @@ def parse_properties(text: str) -> dict[str, str]:
             else:
                 break
         result[_unescape(line[:key_end])] = _unescape(line[value_start:])
+        if line_numbers is not None:  # key -> the line it (last) starts on, for messages
+            line_numbers[_unescape(line[:key_end])] = first_line
     return result
 
 
-def _read_properties_file(path: str) -> dict[str, str]:
+def _read_properties_file(path: str, line_numbers: dict[str, int] | None = None) -> dict[str, str]:
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -762,7 +878,7 @@ def _read_properties_file(path: str) -> dict[str, str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = data.decode("latin-1")  # what Java's Properties.load(InputStream) assumes
-    return parse_properties(text)
+    return parse_properties(text, line_numbers)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1119,17 +1235,37 @@ def load_config(properties_file: str | None, overrides: list[str],
     """Build the broker configuration from defaults, a properties file, ``KAFKA_*`` variables and
     ``--override key=value`` items (that precedence, lowest first). Raises ConfigError."""
     unknown: dict[str, str] = {}
+    file_lines: dict[str, int] = {}
+    per_layer: dict[str, dict[str, str]] = {"file": {}, "env": {}, "override": {}}
     layers = {
-        "file": _parse_layer(_read_properties_file(properties_file) if properties_file else {}, "file",
-                             unknown),
-        "env": _parse_layer(env_to_properties(environ), "env", unknown),
-        "override": _parse_layer(parse_overrides(overrides), "override", unknown),
+        "file": _parse_layer(_read_properties_file(properties_file, file_lines) if properties_file else {},
+                             "file", per_layer["file"]),
+        "env": _parse_layer(env_to_properties(environ), "env", per_layer["env"]),
+        "override": _parse_layer(parse_overrides(overrides), "override", per_layer["override"]),
     }
-    for key in sorted(unknown):
-        log.warning("Unknown configuration %s=%r is ignored", key, unknown[key])
+    for source, found in per_layer.items():
+        for key in sorted(found):
+            if source == "file":
+                where = f"{properties_file}, line {file_lines[key]}" if key in file_lines else properties_file
+            elif source == "env":
+                where = "environment " + next((v for v in sorted(environ) if v.startswith("KAFKA_")
+                                               and env_var_to_key(v) == key), key_to_env_var(key))
+            else:
+                where = "--override"
+            log.warning("Unknown configuration %s=%r (from %s) is ignored%s", key, found[key], where,
+                        did_you_mean(key))
+        unknown.update(found)
     cfg = BrokerConfig(layers, unknown)
     _check_cross_key(cfg)
     return cfg
+
+
+def did_you_mean(key: str) -> str:
+    """``"; did you mean log.retention.hours?"`` for the closest known key, or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(key, [*BROKER_CONFIGS, *KEY_ALIASES], n=1, cutoff=0.8)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _check_cross_key(cfg: BrokerConfig) -> None:
@@ -1173,6 +1309,14 @@ def _check_cross_key(cfg: BrokerConfig) -> None:
     if len(dirs) != 1:
         raise ConfigError(f"Invalid value {cfg[dirs_key]!r} for configuration {dirs_key}: minibroker needs "
                           "exactly one data directory")
+    # Kafka's KafkaConfig.validateValues, for the socket server's keys
+    queued, request_max = cfg["queued.max.request.bytes"], cfg["socket.request.max.bytes"]
+    if queued > 0 and queued < request_max:
+        raise ConfigError(f"Invalid value {queued} for configuration queued.max.request.bytes: must be -1, "
+                          f"0 or at least socket.request.max.bytes ({request_max})")
+    if cfg["max.connections.per.ip"] == 0 and not parse_host_counts(cfg["max.connections.per.ip.overrides"]):
+        raise ConfigError("Invalid value 0 for configuration max.connections.per.ip: it can be 0 only if "
+                          "max.connections.per.ip.overrides is set")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1324,8 +1468,10 @@ def config_reference_markdown() -> str:
         "Kafka. Topic keys are set per topic (CreateTopics, AlterConfigs) and otherwise inherit the broker",
         "key listed beside them.",
         "",
-        "Unknown keys are logged as warnings and ignored. An invalid value stops start-up with a message",
-        "naming the key, the value, where it came from and what is allowed.",
+        "Unknown keys are logged as warnings and ignored; each warning says where the key came from (the",
+        "file and line, the `KAFKA_*` variable, or `--override`) and the closest known key when one is",
+        "close (`num.partition` -> did you mean `num.partitions`?). An invalid value stops start-up with a",
+        "message naming the key, the value, where it came from and what is allowed.",
         "",
         "## Environment variables",
         "",
@@ -1343,12 +1489,20 @@ def config_reference_markdown() -> str:
         "",
         "## Differences from Kafka's defaults",
         "",
-        "minibroker is meant to run locally without a file, so a few embedded defaults differ:",
+        "minibroker is a development broker meant to run without a file, so a few embedded defaults",
+        "differ from Kafka's code defaults (what a Kafka broker takes for a key its file leaves out). The",
+        "listener, data directory and node id suit a local process. The group and internal-topic keys",
+        "take the values of the files Kafka itself ships for one development broker: its",
+        "`config/server.properties` (`group.initial.rebalance.delay.ms=0` up to 3.9; the replication",
+        "factor and min ISR of `__consumer_offsets`, `__transaction_state` and `__share_group_state` at 1),",
+        "the apache/kafka image's default file and its example compose files. Each key's description",
+        "below says which. `num.partitions` (1) and the log, socket and retention keys those files set",
+        "are Kafka's code defaults already.",
         "",
     ]
     for key in BROKER_CONFIGS.values():
         if key.kafka_default is not None:
-            out.append(f"- `{key.name}`: `{_doc_default(key)}` (Kafka: `{key.kafka_default}`)")
+            out.append(f"- `{key.name}`: `{_doc_default(key)}` (Kafka's code default: `{key.kafka_default}`)")
     out += [
         "",
         "minibroker serves PLAINTEXT listeners only and keeps all data in one directory. The",
@@ -1367,6 +1521,9 @@ def config_reference_markdown() -> str:
         "",
         "*Dynamic*: AlterConfigs may change it at run time. *No effect*: accepted because Kafka knows",
         "it, but it changes nothing on a single node. Keys marked **minibroker** are not Kafka keys.",
+        "The table holds every key of Kafka 3.9's broker configuration definition (the ones minibroker",
+        "does not use come last, from `minibroker/kafka_broker_keys.py`) and the share coordinator keys",
+        "of Kafka 4 that the apache/kafka image's examples set.",
         "",
         "| Key | Type | Default | Valid values | Dynamic | No effect | Topic key | Description |",
         "|---|---|---|---|---|---|---|---|",

@@ -12,9 +12,16 @@ Options (command line, or the ini keys of the same name with ``_`` for ``-``):
   fastest), or a subprocess (for tests that kill or restart it);
 - ``--minibroker-override key=value`` (repeatable; ini ``minibroker_overrides``, one per line).
 The broker's log is attached to the report of a failing test that used one.
+
+kafka-python (which the fixtures' helpers use) is imported when pytest starts, with the
+DeprecationWarnings it raises on import silenced: kafka-python 3.0 reads its protocol schemas
+with ``importlib.resources.read_text``, deprecated since Python 3.11, once per message type
+(over 200 warnings, from code neither minibroker nor its users can change).
 """
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 
@@ -32,6 +39,27 @@ def pytest_addoption(parser):
     parser.addini("minibroker_mode", "thread or process", default="thread")
     parser.addini("minibroker_overrides", "broker config overrides, KEY=VALUE per line", type="linelist",
                   default=[])
+
+
+def pytest_configure(config):
+    _import_kafka_python_quietly()
+
+
+# kafka-python 3.0's protocol schemas are loaded on import by kafka/protocol/schemas/load_json.py with
+# importlib.resources.read_text, which warns twice per schema on Python 3.11 and 3.12 (read_text, and
+# the open_text it calls). Only these two messages are silenced, and only for that import.
+_KAFKA_IMPORT_WARNINGS = (r"read_text is deprecated\. Use files\(\) instead",
+                          r"open_text is deprecated\. Use files\(\) instead")
+
+
+def _import_kafka_python_quietly() -> None:
+    with warnings.catch_warnings():
+        for message in _KAFKA_IMPORT_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=DeprecationWarning)
+        try:
+            import kafka  # noqa: F401
+        except ImportError:  # a trimmed install: the fixtures' helpers say so when used
+            pass
 
 
 def _settings(config) -> tuple[str, dict[str, str]]:

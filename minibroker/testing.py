@@ -60,7 +60,6 @@ class BrokerRunner:
         self.overrides = {
             "listeners": f"PLAINTEXT://{host}:0",
             "log.dirs": self.data_dir,
-            "group.initial.rebalance.delay.ms": "0",
             **(overrides or {}),
         }
         self.port: int | None = None

@@ -23,7 +23,17 @@ Workloads (each repeated ``--reps`` times; median and spread reported):
   floor (Python, asyncio and the broker's loop serving one socket); RSS under load; broker CPU
   seconds per million records (from /proc/PID/stat of the broker process);
 - scaling: produce throughput and p99 latency for 1..64 partitions and 1..100 connections; fetch
-  lookup time against log size.
+  lookup time against log size;
+- hostile (not in --quick): 500 connections that each send a 100 MiB size prefix and stall, the
+  broker's RSS (/proc/PID/status) against its own idle RSS, and other clients' ApiVersions and
+  Produce latency while they stall against the same client's latency before; then 500 that send a
+  prefix and 64 KiB, without and with queued.max.request.bytes;
+- socket_buffers (not in --quick): raw 1 MiB produce and 1 MiB fetches with Kafka's default socket
+  buffers (100 KiB) against the OS default (-1, auto-tuned), alternating.
+
+Brokers run with socket.send.buffer.bytes and socket.receive.buffer.bytes at -1, as the ceilings'
+sockets and every broker before they were applied: Kafka's fixed 100 KiB turns Linux's buffer
+auto-tuning off, and socket_buffers measures what that costs.
 
 Results: a markdown section appended to docs/benchmarks.md and raw JSON in docs/benchmarks/.
 """
@@ -105,6 +115,8 @@ class BrokerProcess:
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": self.dir,
             "group.initial.rebalance.delay.ms": "0",
+            "socket.send.buffer.bytes": "-1",  # as the ceilings' sockets: see the module docstring
+            "socket.receive.buffer.bytes": "-1",
             **(overrides or {}),
         }
         self.loop = loop
@@ -1128,6 +1140,115 @@ def bench_scaling(opts) -> dict:
     return out
 
 
+def proc_status_mb(pid: int, field: str = "VmRSS") -> float:
+    """A memory figure of /proc/PID/status (VmRSS, VmHWM: the peak RSS) in MB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def request_latencies(port: int, frames: list[bytes], count: int) -> list[float]:
+    """One connection, one request at a time: seconds from sending each frame to its whole answer."""
+    out = []
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(count):
+            t0 = time.perf_counter()
+            sock.sendall(frames[i % len(frames)])
+            buf = b""
+            while len(buf) < 4 or len(buf) < 4 + struct.unpack_from(">i", buf)[0]:
+                chunk = sock.recv(1 << 16)
+                if not chunk:
+                    raise ConnectionError("closed")
+                buf += chunk
+            out.append(time.perf_counter() - t0)
+    return out
+
+
+def _stall(port: int, conns: int, payload: bytes) -> list[socket.socket]:
+    socks = []
+    for _ in range(conns):
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        s.sendall(payload)
+        socks.append(s)
+    return socks
+
+
+def bench_hostile(opts) -> dict:
+    """Memory and service under clients that announce huge requests and stall (issue 14)."""
+    conns = 500
+    prefix = struct.pack(">i", 100 << 20)  # socket.request.max.bytes' default: the largest accepted
+    api = [codec.encode_request(18, 0, 1, {}, "bench")]
+    produce = produce_frames("hostile", 1, 1024, 1, Compression.NONE)
+    n_api, n_produce = (1000, 500) if opts.quick else (3000, 1500)
+
+    def lat(values: list[float]) -> dict:
+        return {"p50_ms": percentile_ms(values, 0.5), "p99_ms": percentile_ms(values, 0.99),
+                "max_ms": max(values) * 1000}
+
+    out: dict = {"connections": conns}
+    with BrokerProcess(loop=opts.loop) as b:
+        create_topic(b.port, "hostile")
+        time.sleep(0.5)
+        out["idle_rss_MB"] = proc_status_mb(b.proc.pid)
+        request_latencies(b.port, api + produce, 200)  # warm-up
+        out["before"] = {"api_versions": lat(request_latencies(b.port, api, n_api)),
+                         "produce": lat(request_latencies(b.port, produce, n_produce))}
+        out["rss_before_MB"] = proc_status_mb(b.proc.pid)
+        t0 = time.perf_counter()
+        stalled = _stall(b.port, conns, prefix)
+        out["connect_s"] = time.perf_counter() - t0
+        time.sleep(2.5)  # every prefix read, and two sweeps (1 s apart) have seen the connections silent
+        out["during"] = {"api_versions": lat(request_latencies(b.port, api, n_api)),
+                         "produce": lat(request_latencies(b.port, produce, n_produce))}
+        out["rss_stalled_MB"] = proc_status_mb(b.proc.pid)
+        out["peak_rss_MB"] = proc_status_mb(b.proc.pid, "VmHWM")
+        for s in stalled:
+            s.close()
+    # the same connections sending 64 KiB of their frame: what arrives is held, unless the pool bounds it
+    body = prefix + bytes(64 << 10)
+    for name, overrides in (("no_pool", {}), ("pool_200MiB", {"queued.max.request.bytes": str(200 << 20)})):
+        with BrokerProcess(overrides, loop=opts.loop) as b:
+            time.sleep(0.5)
+            idle = proc_status_mb(b.proc.pid)
+            stalled = _stall(b.port, conns, body)
+            time.sleep(2.5)
+            out[f"partial_{name}"] = {
+                "idle_rss_MB": idle,
+                "rss_MB": proc_status_mb(b.proc.pid),
+                "peak_rss_MB": proc_status_mb(b.proc.pid, "VmHWM"),
+                "api_versions": lat(request_latencies(b.port, api, n_api)),
+            }
+            for s in stalled:
+                s.close()
+    return out
+
+
+def bench_socket_buffers(opts) -> dict:
+    """Kafka's default socket buffers (100 KiB, which turns Linux's auto-tuning off) against the OS
+    default (-1): raw ~1 MiB Produce frames and 1 MiB Fetch responses, in alternating brokers."""
+    kafka = {"socket.send.buffer.bytes": "102400", "socket.receive.buffer.bytes": "102400"}
+    frames = produce_frames("buf", 1, 1024, 960, Compression.NONE)
+    count = max(100, int(opts.scale * 500))
+    out: dict = {name: {"produce_MBps": [], "fetch_MBps": []} for name in ("kafka_100KiB", "os_default")}
+    for _ in range(max(3, opts.reps)):
+        for name, overrides in (("kafka_100KiB", kafka), ("os_default", {})):
+            with BrokerProcess(overrides, loop=opts.loop) as b:
+                create_topic(b.port, "buf")
+                elapsed = run_generator(b.port, frames, count)
+                out[name]["produce_MBps"].append(len(frames[0]) * count / elapsed / 1e6)
+                elapsed, nbytes = fetch_generate_broker(b.port, "buf", count * 960, 1 << 20)
+                out[name]["fetch_MBps"].append(nbytes / elapsed / 1e6)
+    for name in out:
+        for key in ("produce_MBps", "fetch_MBps"):
+            out[name][key] = stats(out[name][key])
+    for key in ("produce_MBps", "fetch_MBps"):
+        out[f"{key}_ratio"] = out["kafka_100KiB"][key]["median"] / out["os_default"][key]["median"]
+    return out
+
+
 # In this order: start-up, fixtures and latency first, before the page-cache warm-up and the
 # throughput runs free gigabytes; on these VMs freed memory is handed back to the host (free page
 # reporting) and the next page faults on it stall for tens to hundreds of ms, which is the
@@ -1142,6 +1263,8 @@ WORKLOADS = {
     "produce_clients": bench_produce_clients,
     "fetch_clients": bench_fetch_clients,
     "scaling": bench_scaling,
+    "hostile": bench_hostile,
+    "socket_buffers": bench_socket_buffers,
 }
 
 
@@ -1332,6 +1455,48 @@ def markdown(results: dict, opts) -> str:
             "",
             "p99 < 10 ms",
         )
+    if "hostile" in r:
+        v = r["hostile"]
+        for phase in ("before", "during"):
+            label = "alone" if phase == "before" else f"beside {v['connections']} stalled 100 MiB prefixes"
+            for what, name in (("api_versions", "ApiVersions"), ("produce", "Produce 1 KiB, acks=1")):
+                x = v[phase][what]
+                row(
+                    f"hostile: {name}, {label}",
+                    f"p50 {x['p50_ms']:.2f} ms, p99 {x['p99_ms']:.2f} ms, max {x['max_ms']:.1f} ms",
+                    "",
+                    "",
+                    "within 50 ms" if phase == "during" else "",
+                )
+        row(
+            f"hostile: broker RSS with {v['connections']} connections stalled after a 100 MiB size prefix",
+            f"{v['rss_stalled_MB']:.1f} MB (peak {v['peak_rss_MB']:.1f} MB)",
+            f"idle {v['idle_rss_MB']:.1f} MB; after the baseline requests {v['rss_before_MB']:.1f} MB",
+            f"{v['rss_stalled_MB'] / v['idle_rss_MB']:.2f}",
+            "< 150 MB",
+        )
+        for name, label in (("no_pool", "no bound"), ("pool_200MiB", "queued.max.request.bytes=200 MiB")):
+            x = v[f"partial_{name}"]
+            row(
+                f"hostile: RSS, {v['connections']} connections stalled after a prefix and 64 KiB, {label}",
+                f"{x['rss_MB']:.1f} MB (peak {x['peak_rss_MB']:.1f} MB); ApiVersions p99 "
+                f"{x['api_versions']['p99_ms']:.2f} ms",
+                f"idle {x['idle_rss_MB']:.1f} MB",
+                f"{x['rss_MB'] / x['idle_rss_MB']:.2f}",
+                "",
+            )
+    if "socket_buffers" in r:
+        v = r["socket_buffers"]
+        for key, label in (("produce_MBps", "produce, raw ~1 MiB frames"), ("fetch_MBps", "fetch, 1 MiB")):
+            row(
+                f"socket buffers at Kafka's 100 KiB: {label}",
+                f"{v['kafka_100KiB'][key]['median']:.0f} MB/s "
+                f"({v['kafka_100KiB'][key]['min']:.0f}-{v['kafka_100KiB'][key]['max']:.0f})",
+                f"OS default (-1) {v['os_default'][key]['median']:.0f} MB/s "
+                f"({v['os_default'][key]['min']:.0f}-{v['os_default'][key]['max']:.0f})",
+                f"{v[key + '_ratio']:.2f}",
+                "",
+            )
     if "scaling" in r:
         s = r["scaling"]
         for what, label in (

@@ -86,11 +86,14 @@ def pct(values: list[float], p: float) -> float:
 
 def bench_append(root: str, total_mb: int) -> None:
     print(f"## append ({total_mb} MB per case, page cache, no fsync)")
-    for batch_bytes, records in ((1024, 10), (16384, 100), (65536, 400)):
+    # The last case indexes every append (index.interval.bytes=0): the cost of the index
+    # writes themselves (two pwrite calls each; the maps are read-only, see storage/index.py).
+    for batch_bytes, records, interval in ((1024, 10, 4096), (16384, 100, 4096), (65536, 400, 4096),
+                                           (1024, 10, 0)):
         value = max(1, batch_bytes // records - 8)
         batch = make_batch(records, value)
         count = total_mb * 2**20 // len(batch)
-        cfg = effective_topic_config({}, {})
+        cfg = effective_topic_config({}, {"index.interval.bytes": interval})
         best_log = best_plain = float("inf")
         for attempt in range(4):  # alternate the order: fresh page cache costs whoever goes first
             for case in ("log", "plain") if attempt % 2 else ("plain", "log"):
@@ -114,7 +117,8 @@ def bench_append(root: str, total_mb: int) -> None:
         t_log, t_plain = best_log, best_plain
         mb = count * len(batch) / 2**20
         print(
-            f"batch {len(batch):6d} B: PartitionLog.append {mb / t_log:7.0f} MB/s "
+            f"batch {len(batch):6d} B, index.interval.bytes {interval:4d}: "
+            f"PartitionLog.append {mb / t_log:7.0f} MB/s "
             f"({count / t_log / 1000:6.0f}k appends/s, {t_log / count * 1e6:5.1f} us each); "
             f"plain os.write {mb / t_plain:7.0f} MB/s; ratio {t_plain / t_log:.2f}"
         )

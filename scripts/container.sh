@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Podman machinery for minibroker's container image and compose example, on machines without a Docker
-# engine or Docker Hub (see docs/container.md, "Podman on these machines"). The Dockerfile and compose.yaml
-# stay standard; everything podman-specific lives here. Used by tests/test_container.py and by humans.
+# engine or Docker Hub (docs/container.md, "Podman on machines without Docker"). The Dockerfile and
+# compose.yaml stay standard; everything podman-specific lives here. Used by tests/test_container.py,
+# tests/test_cli_rough_edges.py and by humans.
 #
 #   scripts/container.sh setup                 install podman/runc/debootstrap/podman-compose, write the
 #                                              containers.conf, build the base image once (cached)
@@ -12,6 +13,7 @@
 #                                              (default 9092), advertised as 127.0.0.1:HOSTPORT
 #   scripts/container.sh wait-healthy NAME [SECONDS]   poll `podman healthcheck run` (no systemd here)
 #   scripts/container.sh stop NAME             podman stop, prints the seconds it took; then removes it
+#                                              with its anonymous data volume (rm -v): no volume left over
 #   scripts/container.sh compose-example [PROJECT]     broker up, wait healthy, run the app, down
 #   scripts/container.sh compose ARGS...       podman-compose with the containers.conf
 #   scripts/container.sh podman ARGS...        podman with the containers.conf
@@ -206,7 +208,8 @@ cmd_build() {
 cmd_run() {
     local name="${1:?usage: run NAME [HOSTPORT]}" port="${2:-9092}"
     use_conf
-    podman rm -f -t 0 "$name" >/dev/null 2>&1 || true
+    # -v: also the anonymous volume (the image's VOLUME /var/lib/minibroker) of a previous run
+    podman rm -f -v -t 0 "$name" >/dev/null 2>&1 || true
     denoise podman run -d --name "$name" -p "127.0.0.1:$port:9092" \
         -e "KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://127.0.0.1:$port" "$IMAGE"
 }
@@ -234,7 +237,7 @@ cmd_stop() {
     t0=$(now_ms)
     denoise podman stop -t 10 "$name" >/dev/null
     secs "$t0"; echo
-    podman rm -f "$name" >/dev/null 2>&1 || true
+    podman rm -f -v "$name" >/dev/null 2>&1 || true  # -v: its anonymous volume too, or one is left per cycle
 }
 
 # -- compose -----------------------------------------------------------------------------------------
@@ -281,6 +284,6 @@ case "$cmd" in
     compose-example) cmd_compose_example "$@" ;;
     podman) use_conf; exec podman "$@" ;;
     env) use_conf; printf 'export CONTAINERS_CONF=%q\n' "$CONF" ;;
-    help|-h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' ;;
+    help|-h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command: $cmd (try: $0 help)" ;;
 esac

@@ -7,8 +7,13 @@ import itertools
 import shutil
 
 import pytest
+from suite_switches import report_lines
 
 _names = itertools.count()
+
+
+def pytest_report_header(config):
+    return report_lines()  # MINIBROKER_SKIP_CONTAINER / _SPARK: what they do in this run
 
 
 @pytest.fixture

@@ -686,3 +686,164 @@ def test_confluent_admin_client(minibroker, topic_name):
     with pytest.raises(confluent_kafka.KafkaException) as exc:
         gone.result(10)
     assert exc.value.args[0].code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_empty_cleanup_policy_is_accepted(minibroker, wire, topic_name):
+    # Kafka's ValidList accepts an empty cleanup.policy (nothing deleted, nothing compacted):
+    # CreateTopics, SET "" and SUBTRACT of the last value all succeed, through confluent-kafka
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": minibroker.bootstrap_servers})
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={"cleanup.policy": ""})])[topic_name].result(10)
+    resource = ConfigResource("topic", topic_name)
+    entry = admin.describe_configs([resource])[resource].result(10)["cleanup.policy"]
+    assert (entry.value, entry.source) == ("", confluent_kafka.admin.ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+
+    def alter(op, value):
+        change = ConfigResource("topic", topic_name, incremental_configs=[
+            ConfigEntry("cleanup.policy", value, incremental_operation=op)])
+        admin.incremental_alter_configs([change])[change].result(10)
+        return admin.describe_configs([resource])[resource].result(10)["cleanup.policy"].value
+
+    assert alter(AlterConfigOpType.SET, "compact,delete") == "compact,delete"
+    assert alter(AlterConfigOpType.SUBTRACT, "compact") == "delete"
+    assert alter(AlterConfigOpType.SUBTRACT, "delete") == ""
+    assert alter(AlterConfigOpType.SET, "delete") == "delete"
+    assert alter(AlterConfigOpType.SET, "") == ""
+    with pytest.raises(confluent_kafka.KafkaException) as exc:
+        alter(AlterConfigOpType.SET, "delete,nope")
+    assert exc.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+    # an empty policy deletes nothing by age and refuses DeleteRecords, as Kafka's
+    plog = minibroker.broker.replicas.get_log(topic_name, 0)
+    assert plog.config["cleanup.policy"] == []
+    r = wire.request(DELETE_RECORDS, 2, {"topics": [{"name": topic_name, "partitions": [
+        {"partition_index": 0, "offset": 0}]}], "timeout_ms": 1000})
+    assert r.topics[0].partitions[0].error_code == 44  # POLICY_VIOLATION
+
+
+def test_authorized_operations_as_kafka_without_an_authorizer(minibroker, wire, admin, topic_name):
+    # no authorizer: every operation Kafka supports on the resource type, when asked for
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation as Op
+    from confluent_kafka.admin import AdminClient
+
+    minibroker.create_topic(topic_name)
+    topic_ops = {Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE, Op.DESCRIBE_CONFIGS,
+                 Op.ALTER_CONFIGS}
+    cluster_ops = {Op.CREATE, Op.ALTER, Op.DESCRIBE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
+                   Op.IDEMPOTENT_WRITE}
+    group_ops = {Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
+    client = AdminClient({"bootstrap.servers": minibroker.bootstrap_servers})
+    topic = client.describe_topics(TopicCollection([topic_name]), include_authorized_operations=True)
+    assert set(topic[topic_name].result(10).authorized_operations) == topic_ops
+    cluster = client.describe_cluster(include_authorized_operations=True).result(10)
+    assert set(cluster.authorized_operations) == cluster_ops
+    group = f"{topic_name}-g"
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": minibroker.bootstrap_servers,
+                                         "group.id": group})
+    consumer.commit(offsets=[confluent_kafka.TopicPartition(topic_name, 0, 0)], asynchronous=False)
+    consumer.close()
+    described = client.describe_consumer_groups([group], include_authorized_operations=True)[group].result(10)
+    assert set(described.authorized_operations) == group_ops
+    (python_topic,) = admin.describe_topics([topic_name])
+    assert set(python_topic["authorized_operations"]) == {op.name for op in topic_ops}
+
+    # on the wire: Metadata v10 carries the cluster's (dropped in v11), unknown topic ids none
+    def metadata(version, topics, cluster):
+        body = {"topics": topics, "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": cluster, "include_topic_authorized_operations": True}
+        return wire.request(3, version, body)
+
+    r = metadata(10, [{"name": topic_name, "topic_id": b"\0" * 16}, {"name": "no-such-" + topic_name,
+                                                                    "topic_id": b"\0" * 16}], True)
+    assert bin(r.cluster_authorized_operations).count("1") == 7
+    counts = [(t.error_code, bin(t.topic_authorized_operations).count("1")) for t in r.topics]
+    assert counts == [(0, 8), (3, 8)]
+    r = metadata(12, [{"name": None, "topic_id": b"\1" * 16}], False)
+    assert [(t.error_code, t.topic_authorized_operations) for t in r.topics] == [(100, -2147483648)]
+    r = metadata(9, None, False)
+    assert r.cluster_authorized_operations == -2147483648
+    r = wire.request(15, 5, {"groups": [group], "include_authorized_operations": False})
+    assert r.groups[0].authorized_operations == -2147483648
+
+
+def test_every_kafka_broker_config_name_is_known(minibroker_factory):
+    # Kafka accepts every name of its broker configuration definition, used by minibroker or not:
+    # loaded without a warning, described with Kafka's default, altered when Kafka allows it at run time
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry
+    from confluent_kafka.admin import ConfigResource as CkResource
+
+    broker = minibroker_factory({"zookeeper.session.timeout.ms": "20000", "ssl.client.auth": "required"})
+    assert not broker.broker.config.unknown
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    node = str(broker.broker.node_id)
+    resource = CkResource("broker", node)
+    described = admin.describe_configs([resource])[resource].result(10)
+    assert described["sasl.kerberos.min.time.before.relogin"].value == "60000"
+    assert described["sasl.kerberos.min.time.before.relogin"].is_default
+    assert described["log.cleaner.io.max.bytes.per.second"].value == "1.7976931348623157E308"
+    assert described["zookeeper.session.timeout.ms"].value == "20000"
+    assert described["zookeeper.session.timeout.ms"].is_read_only
+    assert described["ssl.keystore.key"].is_sensitive and described["ssl.keystore.key"].value is None
+
+    def alter(name, value):
+        change = CkResource("broker", node, incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([change])[change].result(10)
+
+    alter("sasl.kerberos.min.time.before.relogin", "120000")  # dynamic in Kafka (per broker)
+    entry = admin.describe_configs([resource])[resource].result(10)["sasl.kerberos.min.time.before.relogin"]
+    dynamic_broker = confluent_kafka.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert (entry.value, entry.source) == ("120000", dynamic_broker)
+    python_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:  # the legacy AlterConfigs, through kafka-python
+        suites = ConfigResource(ConfigResourceType.BROKER, node,
+                                configs={"ssl.cipher.suites": "TLS_AES_128_GCM_SHA256"})
+        result = python_admin.alter_configs([suites], incremental=False)
+        assert result == {"broker": {node: "OK"}}
+    finally:
+        python_admin.close()
+    assert broker.broker.config["ssl.cipher.suites"] == ["TLS_AES_128_GCM_SHA256"]
+    for name, value, code in (("zookeeper.session.timeout.ms", "30000", "INVALID_REQUEST"),  # read-only
+                              ("group.share.delivery.count.limit", "11", "INVALID_REQUEST"),  # read-only
+                              ("log.cleaner.io.buffer.size", "-1", "INVALID_CONFIG"),  # [0,...]
+                              ("no.such.broker.key", "1", "INVALID_CONFIG")):
+        with pytest.raises(confluent_kafka.KafkaException) as exc:
+            alter(name, value)
+        assert exc.value.args[0].name() == code, name
+
+
+def test_list_offsets_max_timestamp_answers_the_record(minibroker_factory, topic_name):
+    # KAFKA-16310: ListOffsets MAX_TIMESTAMP (-3) answers the offset of the record holding the largest
+    # timestamp, not the last offset of its batch: t+100, t+400, t+200 in one batch answer offset 1,
+    # also after a clean restart and after a kill (the indexes and recovery only know batches)
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    from minibroker.records.framing import scan_entries
+
+    broker = minibroker_factory(mode="process")
+    broker.create_topic(topic_name)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 500})
+    t = 1_700_000_000_000
+    for delta in (100, 400, 200):
+        producer.produce(topic_name, b"v%d" % delta, partition=0, timestamp=t + delta)
+    assert producer.flush(10) == 0
+    with open(os.path.join(broker.data_dir, f"{topic_name}-0", f"{0:020d}.log"), "rb") as f:
+        assert [e.record_count for e in scan_entries(f.read())] == [3]  # one batch
+
+    def max_timestamp():
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        tp = confluent_kafka.TopicPartition(topic_name, 0)
+        info = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(10)
+        return info.offset, info.timestamp
+
+    assert max_timestamp() == (1, t + 400)
+    broker.restart()
+    assert max_timestamp() == (1, t + 400)
+    broker.kill()
+    broker.start()
+    assert max_timestamp() == (1, t + 400)

@@ -4,7 +4,8 @@ Builds the image (the debootstrapped base tagged python:3.11-slim is cached betw
 starts it with a published port, waits for its Kafka-protocol healthcheck, produces and consumes through
 the published port with every codec, stops it (SIGTERM must be handled: a clean exit well within a
 second of broker time), restarts it on the same volume, then runs the compose example until its app
-service exits 0. Skipped only where podman cannot be installed.
+service exits 0. Skipped only where podman cannot be installed, or in a local run with
+MINIBROKER_SKIP_CONTAINER=1 (never under CI: tests/suite_switches.py), which installs and builds nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from suite_switches import skip_reason
+
+if skip_reason("MINIBROKER_SKIP_CONTAINER"):
+    pytest.skip(skip_reason("MINIBROKER_SKIP_CONTAINER"), allow_module_level=True)
 
 pytestmark = pytest.mark.container
 

@@ -348,3 +348,73 @@ def test_admin_list_describe_offsets_delete(broker):
     finally:
         admin.close()
         member.stop()
+
+
+def _wire_join(c, group: str, member_id: str = "") -> object:
+    return c.request(11, 1, {"group_id": group, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+                             "member_id": member_id, "protocol_type": "consumer",
+                             "protocols": [{"name": "range", "metadata": b""}]})
+
+
+def _wire_commit(c, group: str, generation: int, member_id: str, topic: str) -> int:
+    r = c.request(8, 2, {"group_id": group, "generation_id_or_member_epoch": generation,
+                         "member_id": member_id, "retention_time_ms": -1,
+                         "topics": [{"name": topic, "partitions": [
+                             {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}]})
+    return r.topics[0].partitions[0].error_code
+
+
+def test_commit_while_completing_rebalance_checks_member_then_generation(broker):
+    # Kafka checks an OffsetCommit's member, then its generation, and only then the group state: a
+    # commit racing a rebalance gets UNKNOWN_MEMBER_ID 25 or ILLEGAL_GENERATION 22 (rejoin), not
+    # REBALANCE_IN_PROGRESS 27 (which says the sender is a member of the current generation)
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as CTP
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import CommitFailedError, UnknownMemberIdError
+    from kafka.structs import OffsetAndMetadata
+
+    broker.create_topic("race")
+    with WireClient("127.0.0.1", broker.port, timeout=30) as w1, \
+            WireClient("127.0.0.1", broker.port, timeout=30) as w2:
+        first = _wire_join(w1, "rg")
+        assert first.error_code == 0
+        w1.request(14, 1, {"group_id": "rg", "generation_id": first.generation_id,
+                           "member_id": first.member_id, "assignments": []})
+        # a second member joins; the group waits for the first to rejoin, then completes the join and
+        # stays CompletingRebalance while the leader (w1) holds back its SyncGroup
+        joined = {}
+        thread = threading.Thread(target=lambda: joined.setdefault("w2", _wire_join(w2, "rg")))
+        thread.start()
+        wait_until(lambda: broker.broker.groups.groups["rg"].state.value == "PreparingRebalance",
+                   what="the rebalance")
+        again = _wire_join(w1, "rg", first.member_id)
+        thread.join(10)
+        second = joined["w2"]
+        assert again.generation_id == second.generation_id == first.generation_id + 1
+        assert broker.broker.groups.groups["rg"].state.value == "CompletingRebalance"
+        # real clients committing by hand (assign(), no membership) into the rebalancing group
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, group_id="rg",
+                                 enable_auto_commit=False)
+        try:
+            consumer.assign([TopicPartition("race", 0)])
+            with pytest.raises(CommitFailedError) as exc:
+                consumer.commit({TopicPartition("race", 0): OffsetAndMetadata(1, "", -1)})
+            assert isinstance(exc.value.args[0], UnknownMemberIdError)
+        finally:
+            consumer.close()
+        ck = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "rg",
+                       "enable.auto.commit": False})
+        try:
+            ck.assign([CTP("race", 0, 1)])
+            with pytest.raises(KafkaException) as exc:
+                ck.commit(offsets=[CTP("race", 0, 1)], asynchronous=False)
+            assert exc.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID
+        finally:
+            ck.close()
+
+        # on the wire: a member of the previous generation, an unknown member, a current member
+        with WireClient("127.0.0.1", broker.port) as c:
+            assert _wire_commit(c, "rg", first.generation_id, second.member_id, "race") == 22
+            assert _wire_commit(c, "rg", second.generation_id, "nobody", "race") == 25
+            assert _wire_commit(c, "rg", second.generation_id, second.member_id, "race") == 27

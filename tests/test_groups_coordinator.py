@@ -164,6 +164,12 @@ async def test_three_members_then_one_leaves_and_one_times_out():
     with pytest.raises(KafkaError) as e:
         c.commit_offsets("g", gen + 1, ids[1], None, {("t", 0): OffsetCommitValue(6)})
     assert e.value.code == E.REBALANCE_IN_PROGRESS
+    # ... after the member and its generation are checked, as Kafka orders them
+    for generation, member, code in ((gen, ids[1], E.ILLEGAL_GENERATION), (gen + 1, "x", E.UNKNOWN_MEMBER_ID),
+                                     (-1, "", E.UNKNOWN_MEMBER_ID)):
+        with pytest.raises(KafkaError) as e:
+            c.commit_offsets("g", generation, member, None, {("t", 0): OffsetCommitValue(6)})
+        assert e.value.code == code
     leader_id = r1.leader_id
     await asyncio.gather(*(c.sync_group("g", gen + 1, i, None, None, None, []) if i != leader_id else
                            c.sync_group("g", gen + 1, i, None, None, None, []) for i in ids[1:]))

@@ -1,7 +1,8 @@
 """Issue 9: the "minibroker" PySpark data source, Spark local[2] against the test broker.
 
 Skipped only when Java or pyspark (with pyarrow and confluent-kafka, the rest of the ``spark`` extra)
-is missing. One SparkSession serves the module: starting one takes most of the time.
+is missing, or in a local run with MINIBROKER_SKIP_SPARK=1 (never under CI: tests/suite_switches.py).
+One SparkSession serves the module: starting one takes most of the time.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import sys
 import time
 
 import pytest
+from suite_switches import skip_reason
 
+if skip_reason("MINIBROKER_SKIP_SPARK"):
+    pytest.skip(skip_reason("MINIBROKER_SKIP_SPARK"), allow_module_level=True)
 if shutil.which("java") is None:
     pytest.skip("Java is not installed (Spark needs a JRE 17+; Debian: openjdk-17-jre-headless)",
                 allow_module_level=True)

@@ -17,7 +17,6 @@ import asyncio
 import logging
 
 from minibroker.server.metrics import CONTENT_TYPE, render_prometheus
-from minibroker.server.sockets import listen_socket
 
 log = logging.getLogger("minibroker.metrics")
 
@@ -33,9 +32,9 @@ class MetricsHttpServer:
         self.port = 0
         self._handlers: set[asyncio.Task] = set()
 
-    async def start(self, host: str, port: int) -> None:
-        self.server = await asyncio.start_server(self._serve, sock=listen_socket(host, port, 128),
-                                                 limit=HEAD_LIMIT)
+    async def start(self, host: str, sock) -> None:
+        """Serve on ``sock``, a listening socket bound by the broker before it loaded its logs."""
+        self.server = await asyncio.start_server(self._serve, sock=sock, limit=HEAD_LIMIT)
         self.host = host
         self.port = self.server.sockets[0].getsockname()[1]
         log.info("metrics at http://%s:%d/metrics", host or "0.0.0.0", self.port)
@@ -93,13 +92,10 @@ class MetricsHttpServer:
         return "404 Not Found", b"not found\n", "text/plain"
 
 
-async def start_metrics_http(broker) -> MetricsHttpServer | None:
-    """Start the endpoint if ``metrics.port`` is set; it is closed with the broker."""
-    port = broker.config["metrics.port"]
-    if port is None:
-        return None
-    host = broker.bound[0].host if broker.bound else ""
+async def start_metrics_http(broker, host: str, sock) -> MetricsHttpServer:
+    """Serve the endpoint on ``sock`` (bound for ``metrics.port`` on ``host``); it is closed with
+    the broker."""
     server = MetricsHttpServer(broker)
-    await server.start(host, port)
+    await server.start(host, sock)
     broker.on_close(server.close)
     return server

@@ -5,7 +5,8 @@ Each line of stdin (bytes, the trailing newline removed) becomes one record. Wit
 error, as Kafka's ``parse.key=true`` makes it). ``--header k=v`` (repeatable) adds headers to
 every record; ``--compression`` picks the batch codec; ``--partition`` pins the partition.
 Records are sent asynchronously and flushed at the end of input; the exit code is 1 if any
-record failed.
+record failed or any line was malformed (each counted on its own), 130 after Ctrl-C, which flushes
+what was sent for at most two seconds and prints the summary.
 """
 
 from __future__ import annotations
@@ -78,7 +79,46 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
+class Tally:
+    """What happened to the input: lines read, malformed lines skipped, records handed to the
+    producer, acknowledged and failed (the last two counted by the producer's I/O thread)."""
+
+    def __init__(self) -> None:
+        self.lines = self.malformed = self.sent = self.acked = 0
+        self.failed: list[BaseException] = []
+        self.first_malformed: str | None = None
+
+    def on_ack(self, _metadata) -> None:
+        self.acked += 1
+
+    def on_error(self, exc: BaseException) -> None:
+        self.failed.append(exc)
+
+    def summary(self, interrupted: bool) -> str:
+        failed = len(self.failed)
+        pending = max(0, self.sent - self.acked - failed)
+        parts = [f"{self.lines} line{'s' if self.lines != 1 else ''} read",
+                 f"{self.sent} record{'s' if self.sent != 1 else ''} sent", f"{self.acked} acknowledged",
+                 f"{failed} failed"]
+        if pending:
+            parts.append(f"{pending} unconfirmed")
+        parts.append(f"{self.malformed} malformed line{'s' if self.malformed != 1 else ''} skipped")
+        lines = [f"minibroker produce: {'interrupted: ' if interrupted else ''}{', '.join(parts)}"]
+        if failed:
+            lines.append(f"minibroker produce: {failed} of {self.sent} records failed: {self.failed[0]!r}")
+        if self.malformed:
+            lines.append(f"minibroker produce: {self.malformed} malformed line"
+                         f"{'s' if self.malformed != 1 else ''} skipped (first: {self.first_malformed})")
+        return "\n".join(lines)
+
+
+INTERRUPT_FLUSH_S = 2.0  # after Ctrl-C: how long to wait for records already sent
+
+
 def run(args, stdin=None) -> int:
+    """Exit 0 when every line became an acknowledged record; 1 when a record failed, a line was
+    malformed or a record is unconfirmed at the end; 130 on Ctrl-C (after a bounded flush and
+    the summary); 2 for bad options; 3 without kafka-python."""
     try:
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
@@ -93,6 +133,7 @@ def run(args, stdin=None) -> int:
         return 2
     separator = args.key_separator.encode() if args.key_separator is not None else None
     acks = "all" if args.acks in ("all", "-1") else int(args.acks)
+    tally = Tally()
     try:
         producer = KafkaProducer(bootstrap_servers=args.bootstrap_server, acks=acks,
                                  compression_type=None if args.compression == "none" else args.compression,
@@ -100,30 +141,55 @@ def run(args, stdin=None) -> int:
     except KafkaError as e:
         print(f"minibroker produce: cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
         return 1
-    failures = []
-    sent = 0
+    except KeyboardInterrupt:
+        print(tally.summary(interrupted=True), file=sys.stderr)
+        return 130
+    interrupted = False
+    flush_timeout = args.timeout
     try:
-        for raw in stdin:
-            line = raw[:-1] if raw.endswith(b"\n") else raw
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            try:
-                key, value = split_line(line, separator)
-            except ValueError as e:
-                print(f"minibroker produce: {e}", file=sys.stderr)
-                failures.append(e)
-                continue
-            future = producer.send(args.topic, value=value, key=key, headers=headers or None,
-                                   partition=args.partition)
-            future.add_errback(failures.append)
-            sent += 1
-        producer.flush(timeout=args.timeout)
-    except KafkaError as e:
-        failures.append(e)
+        try:
+            for raw in stdin:
+                tally.lines += 1
+                line = raw[:-1] if raw.endswith(b"\n") else raw
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                try:
+                    key, value = split_line(line, separator)
+                except ValueError as e:
+                    print(f"minibroker produce: line {tally.lines}: {e}", file=sys.stderr)
+                    tally.malformed += 1
+                    tally.first_malformed = tally.first_malformed or f"line {tally.lines}: {e}"
+                    continue
+                try:
+                    future = producer.send(args.topic, value=value, key=key, headers=headers or None,
+                                           partition=args.partition)
+                except KafkaError as e:  # not sent at all (e.g. no metadata within max_block_ms)
+                    tally.sent += 1
+                    tally.on_error(e)
+                    continue
+                tally.sent += 1
+                future.add_callback(tally.on_ack)
+                future.add_errback(tally.on_error)
+        except KeyboardInterrupt:
+            interrupted = True
+        flush_timeout = min(args.timeout, INTERRUPT_FLUSH_S) if interrupted else args.timeout
+        try:
+            producer.flush(timeout=flush_timeout)
+        except KafkaError:
+            pass  # what was not acknowledged in time is reported as unconfirmed
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            interrupted = True
+            flush_timeout = 0
+    except KeyboardInterrupt:
+        interrupted, flush_timeout = True, 0
     finally:
-        producer.close(timeout=args.timeout)
-    if failures:
-        print(f"minibroker produce: {len(failures)} of {sent} records failed: {failures[0]!r}",
-              file=sys.stderr)
-        return 1
-    return 0
+        try:
+            producer.close(timeout=min(flush_timeout, INTERRUPT_FLUSH_S) if interrupted else args.timeout)
+        except KeyboardInterrupt:
+            interrupted = True
+    failed = bool(tally.failed) or tally.malformed or tally.sent != tally.acked
+    if interrupted or failed:
+        print(tally.summary(interrupted), file=sys.stderr)
+    if interrupted:
+        return 130
+    return 1 if failed else 0
