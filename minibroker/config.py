@@ -33,6 +33,7 @@ from enum import IntEnum
 from typing import Any
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.message_format import MessageFormatValidator
 
 __all__ = [
     "BROKER_CONFIGS",
@@ -424,8 +425,10 @@ _BROKER_KEYS = [
     _k("log.flush.start.offset.checkpoint.interval.ms", _INT, 60000,
        "How often log start offsets are checkpointed.", validator=AtLeast(0)),
     # --- message format and timestamps
-    _k("log.message.format.version", _STR, "3.0-IV1", "Deprecated; Kafka ignores it from 3.0 on.",
-       no_effect=True),
+    _k("log.message.format.version", _STR, "3.0-IV1",
+       "Record magic of new topics: 0.8.x/0.9.x keep v0, 0.10.x v1, 0.11 and later v2. Deprecated "
+       "(Kafka 3.x ignores it); minibroker honours it for teaching (docs/teaching.md).",
+       validator=MessageFormatValidator()),
     _k("log.message.timestamp.type", _STR, "CreateTime",
        "CreateTime keeps the producer's timestamp; LogAppendTime stamps the broker's clock.",
        validator=_TIMESTAMP_TYPES, dynamic=True),
@@ -651,7 +654,9 @@ _TOPIC_KEYS = [
     _k("max.message.bytes", _INT, 1048588, "Largest record batch accepted, after compression.",
        validator=AtLeast(0)),
     _k("message.downconversion.enable", _BOOL, True, "Convert batches for Fetch v0-v3."),
-    _k("message.format.version", _STR, "3.0-IV1", "Deprecated; ignored.", no_effect=True),
+    _k("message.format.version", _STR, "3.0-IV1",
+       "Record magic this topic keeps: 0.8.x/0.9.x v0, 0.10.x v1, 0.11 and later v2 (deprecated; "
+       "honoured for teaching).", validator=MessageFormatValidator()),
     _k("message.timestamp.after.max.ms", _LONG, LONG_MAX, "How far in the future a CreateTime may be.",
        validator=AtLeast(0)),
     _k("message.timestamp.before.max.ms", _LONG, LONG_MAX, "How far in the past a CreateTime may be.",

@@ -25,9 +25,13 @@ from typing import NamedTuple
 
 from minibroker.coordinator.producer_state import ProducerStateTable, snapshot_files
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.message_format import DEFAULT_MESSAGE_FORMAT_VERSION, magic_for_version
 
 log = logging.getLogger("minibroker.replica")
 append_log = logging.getLogger("minibroker.append")
+# At DEBUG: each append's bytes as the producer sent them and as stored, in hex (for `minibroker explain`)
+append_bytes_log = logging.getLogger("minibroker.append.bytes")
+APPEND_TRACE_BYTES = 4096  # at most this much of each side is logged
 
 _PID_EPOCH_SEQ = struct.Struct(">qhi")
 REPLAY_CHUNK = 8 << 20
@@ -156,7 +160,37 @@ def append_config_for(log_config: dict, broker_config):
         compacted="compact" in cleanup,
         compression_type=log_config.get("compression.type", "producer"),
         max_message_bytes=int(log_config.get("max.message.bytes", broker_config["message.max.bytes"])),
+        message_format_magic=magic_for_version(
+            log_config.get("message.format.version", DEFAULT_MESSAGE_FORMAT_VERSION)
+        ),
     )
+
+
+def _sent_bytes(records) -> tuple[bytes, int] | None:
+    """The head of the records before validation patches them in place (only for the byte trace)."""
+    if not append_bytes_log.isEnabledFor(logging.DEBUG):
+        return None
+    return bytes(records[:APPEND_TRACE_BYTES]), len(records)
+
+
+def _log_append(topic: str, partition: int, result, produce_version: int, sent) -> None:
+    """The append log: which path ran (in-place, recompressed, converted), and at DEBUG on
+    ``minibroker.append.bytes`` the bytes before and after (``minibroker explain --append-log``)."""
+    magic = result.entries[0].magic if result.entries else -1
+    dropped = f", {result.headers_dropped} record headers dropped" if result.headers_dropped else ""
+    append_log.debug(
+        "%s-%d: %d records at offsets %d..%d, %s (%s -> %s, magic %d, produce v%d, %d bytes%s)",
+        topic, partition, result.record_count, result.first_offset, result.last_offset, result.path,
+        result.source_compression.name.lower(), result.target_compression.name.lower(), magic,
+        produce_version, len(result.data), dropped,
+    )
+    if sent is not None and append_bytes_log.isEnabledFor(logging.DEBUG):
+        head, sent_len = sent
+        append_bytes_log.debug(
+            "%s-%d: offsets %d..%d path=%s sent_len=%d stored_len=%d sent=%s stored=%s",
+            topic, partition, result.first_offset, result.last_offset, result.path, sent_len,
+            len(result.data), head.hex(), bytes(result.data[:APPEND_TRACE_BYTES]).hex(),
+        )
 
 
 class ReplicaManager:
@@ -269,6 +303,7 @@ class ReplicaManager:
                 from minibroker.records import ValidationDeferred
 
                 raise ValidationDeferred()
+        sent = _sent_bytes(records)
         try:
             # validation comes first and raises only KafkaError: nothing is appended unless it passed
             result = _validate_and_assign()(
@@ -286,7 +321,7 @@ class ReplicaManager:
             if unexpected is not None:
                 report_unexpected(topic, partition, unexpected, e.code.name)
             raise
-        return self._append_validated(topic, partition, plog, result, produce_version)
+        return self._append_validated(topic, partition, plog, result, produce_version, sent)
 
     async def append_records_in_worker(
         self,
@@ -311,6 +346,7 @@ class ReplicaManager:
 
         plog = self.get_log(topic, partition)
         config = self._append_config(topic, partition, plog)
+        sent = _sent_bytes(records)
         cancel = threading.Event()
         work = functools.partial(
             _validate_and_assign(),
@@ -338,7 +374,7 @@ class ReplicaManager:
             self._cancels.discard(cancel)
         plog = self.get_log(topic, partition)  # deleted meanwhile: UNKNOWN_TOPIC_OR_PARTITION
         return self._append_validated(topic, partition, plog, rebase(result, plog.log_end_offset),
-                                      produce_version)
+                                      produce_version, sent)
 
     def _workers(self):
         if self._executor is None:
@@ -364,9 +400,11 @@ class ReplicaManager:
             self._executor = None
 
     def _append_validated(
-        self, topic: str, partition: int, plog, result, produce_version: int
+        self, topic: str, partition: int, plog, result, produce_version: int, sent=None
     ) -> AppendOutcome:
-        """Check idempotence and append a validated ``result`` whose offsets start at the log end."""
+        """Check idempotence and append a validated ``result`` whose offsets start at the log end.
+        ``sent``: (the first bytes of the records as the producer sent them, their whole length), for
+        the byte trace at DEBUG (``_sent_bytes``)."""
         if not result.record_count and not result.data:  # a partial message only (v0-v2): as Kafka, no append
             return AppendOutcome(-1, -1, plog.log_start_offset, path=str(result.path))
         table = None
@@ -397,19 +435,7 @@ class ReplicaManager:
             record_count=result.record_count,
         )
         if append_log.isEnabledFor(logging.DEBUG):  # what happened to the batch: for teaching and tracing
-            append_log.debug(
-                "%s-%d: %d records at offsets %d..%d, %s (%s -> %s, produce v%d, %d bytes)",
-                topic,
-                partition,
-                result.record_count,
-                result.first_offset,
-                result.last_offset,
-                result.path,
-                result.source_compression.name.lower(),
-                result.target_compression.name.lower(),
-                produce_version,
-                len(result.data),
-            )
+            _log_append(topic, partition, result, produce_version, sent)
         if table is not None:
             for batch in result.batches:
                 table.record(

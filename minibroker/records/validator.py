@@ -180,6 +180,7 @@ class AppendResult:
     source_compression: Compression = Compression.NONE
     target_compression: Compression = Compression.NONE
     trimmed_bytes: int = 0  # a trailing partial entry Kafka silently drops
+    headers_dropped: int = 0  # record headers a magic 0/1 topic cannot hold (down-converted on append)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1149,8 +1150,9 @@ class _Rebuilt:
     """The new batch (or wrapper, or message run) of a rebuild, written as the validated records come:
     Kafka's buildRecordsAndAssignOffsets without holding the records (``v2.BatchBuilder``,
     ``legacy.MessageSetBuilder``). Once anything makes the result unstorable (a timestamp it cannot
-    hold, headers a legacy format cannot carry) nothing more is written, but every record is still
-    checked: Kafka reports record errors first. A batch that grows past max.message.bytes is refused
+    hold) nothing more is written, but every record is still checked: Kafka reports record errors
+    first. Record headers converted to magic 0/1 are dropped and counted (``headers_dropped``), as
+    Kafka's down-conversion drops them. A batch that grows past max.message.bytes is refused
     at once (MESSAGE_TOO_LARGE; Kafka would read on and report a record error first, if any)."""
 
     __slots__ = ("ctx", "builder", "to_v2", "offset", "index", "ts_errors", "base_ts", "rows_max",
@@ -1183,7 +1185,7 @@ class _Rebuilt:
         self.base_ts = None
         self.rows_max = None
         self.legacy_max, self.legacy_offset_of_max = NO_TIMESTAMP, -1
-        self.headers = False
+        self.headers = 0  # dropped: magic 0/1 messages have no headers
 
     def take(self, r: _Rec) -> None:
         ctx = self.ctx
@@ -1199,12 +1201,12 @@ class _Rebuilt:
                 self.ts_errors.add((self.index, _TS, ctx.timestamp_error(ts, r.offset)))
         else:
             if r.headers:
-                self.headers = True
+                self.headers += len(r.headers)
             if ts > self.legacy_max:
                 self.legacy_max, self.legacy_offset_of_max = ts, self.offset
         if self.rows_max is None or ts > self.rows_max:
             self.rows_max = ts
-        if not (self.ts_errors or self.headers):
+        if not self.ts_errors:
             self.builder.append(self.offset, ts, r.key, r.value, r.headers)
             if self.builder.size > ctx.cfg.max_message_bytes:
                 # Kafka finds out once every record is read and built, and says so only if no record
@@ -1249,11 +1251,6 @@ def _rebuild(ctx: _Ctx, entries: list[_Entry], trimmed: int, *, compressed_path:
                 out = _Rebuilt(ctx, target, (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, False, False))
             _check_legacy_entry(ctx, e, _legacy_records(ctx, e), _batch_ts_type(ctx, e), out.take)
     out.ts_errors.raise_any()
-    if out.headers:
-        raise KafkaError(
-            ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-            f"Magic v{ctx.to_magic} does not support record headers",
-        )
     data = out.builder.build()
     offset = out.offset
     if out.to_v2:
@@ -1283,7 +1280,9 @@ def _rebuild(ctx: _Ctx, entries: list[_Entry], trimmed: int, *, compressed_path:
                 f"configured size of {ctx.cfg.max_message_bytes}.",
             )
     path = AppendPath.CONVERTED if first.magic != ctx.to_magic else AppendPath.RECOMPRESSED
-    return _result_from_data(ctx, data, path, max_ts, offset_of_max, trimmed)
+    result = _result_from_data(ctx, data, path, max_ts, offset_of_max, trimmed)
+    result.headers_dropped = out.headers
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1339,4 +1338,5 @@ def rebase(result: AppendResult, next_offset: int) -> AppendResult:
         source_compression=result.source_compression,
         target_compression=result.target_compression,
         trimmed_bytes=result.trimmed_bytes,
+        headers_dropped=result.headers_dropped,
     )

@@ -73,6 +73,11 @@ class Broker:
         from minibroker.storage import LogManager
 
         load_handlers()
+        if self.config.source_of("log.message.format.version") != "default":
+            from minibroker.message_format import deprecation_warning
+
+            log.warning("%s", deprecation_warning("log.message.format.version",
+                                                  self.config["log.message.format.version"]))
         log_dirs = [self.config.data_dir]
         self.logs = LogManager(log_dirs, self.config, self.node_id)
         try:

@@ -378,6 +378,7 @@ class LogManager:
         if partitions < 1:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, "the number of partitions must be at least 1")
         info = TopicInfo(topic_id or ckpt.random_uuid(), partitions, self._validated(configs))
+        _warn_deprecated_format(name, info.configs)
         self._online_dirs()  # fail before anything changes when no dir can take it
         self._topics[name] = info
         try:
@@ -448,6 +449,8 @@ class LogManager:
         and apply them to its live logs."""
         old = self._topic(name)
         info = old._replace(configs=self._validated(configs))
+        if info.configs.get("message.format.version") != old.configs.get("message.format.version"):
+            _warn_deprecated_format(name, info.configs)
         self._topics[name] = info
         try:
             self._write_topics_file()
@@ -619,6 +622,14 @@ class LogManager:
                 log.error("could not mark %s cleanly shut down: %s", d, exc)
         self._loaded = False
         self.unlock()
+
+
+def _warn_deprecated_format(topic: str, overrides: Mapping[str, str]) -> None:
+    value = overrides.get("message.format.version")
+    if value is not None:
+        from minibroker.message_format import deprecation_warning
+
+        log.warning("%s", deprecation_warning("message.format.version", value, topic))
 
 
 def _fsync_files(files, dirs=()) -> dict:
