@@ -32,7 +32,12 @@ def parse_properties(items: list[str] | None) -> dict[str, object]:
         if not sep or not key:
             raise ValueError(f"property {item!r} is not KEY=VALUE")
         value: object = text
-        if text.lower() in ("true", "false"):
+        if key.strip() in ("api_version", "api.version"):  # kafka-python wants a tuple: (0, 10, 0)
+            try:
+                value = tuple(int(part) for part in text.split("."))
+            except ValueError:
+                raise ValueError(f"property {item!r}: a version is numbers with dots, e.g. 0.10.0") from None
+        elif text.lower() in ("true", "false"):
             value = text.lower() == "true"
         else:
             for convert in (int, float):
