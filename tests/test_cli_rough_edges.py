@@ -61,11 +61,17 @@ def produce_cmd(bootstrap: str, topic: str, *extra: str) -> list[str]:
             *extra]
 
 
+def sigint_by_default() -> None:
+    """In the child: SIGINT as a terminal delivers it, even when this suite was started in the
+    background of a non-interactive shell (which starts its children with SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_produce_sigint_on_an_open_pipe_prints_the_summary_and_exits_130(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     proc = subprocess.Popen(produce_cmd(minibroker.bootstrap_servers, topic_name, "--key-separator", ":"),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=cli_env(), cwd=ROOT)
+                            env=cli_env(), cwd=ROOT, preexec_fn=sigint_by_default)
     try:
         proc.stdin.write(b"k1:one\nk2:two\nno separator\n")
         proc.stdin.flush()  # and the pipe stays open: produce waits for more input
@@ -90,7 +96,8 @@ def test_produce_sigint_on_an_open_pipe_prints_the_summary_and_exits_130(minibro
 def test_produce_sigint_before_any_input(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     proc = subprocess.Popen(produce_cmd(minibroker.bootstrap_servers, topic_name), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), cwd=ROOT,
+                            preexec_fn=sigint_by_default)
     try:
         time.sleep(3)  # imported, connected, blocked reading the pipe
         proc.send_signal(signal.SIGINT)
