@@ -146,9 +146,9 @@ def cmd_apis(args) -> int:
 
 
 def cmd_dump_log(args) -> int:
-    from minibroker.tools.dump_log import main as dump_main
+    from minibroker.tools.dump_log import run
 
-    return dump_main(args.rest)
+    return run(args.rest)  # parses its own options (kafka-dump-log.sh's); quiet on a closed pipe
 
 
 def cmd_healthcheck(args) -> int:
@@ -192,8 +192,10 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
     apis.add_argument("--markdown", action="store_true", help="as a markdown table")
     apis.set_defaults(func=cmd_apis)
 
+    # No option is this parser's (prefix_chars matches none): every argument, -h included, goes to
+    # minibroker.tools.dump_log, whose own parser takes options and files in any order.
     dump = sub.add_parser("dump-log", help="print .log/.index/.timeindex files like kafka-dump-log.sh",
-                          add_help=False)
+                          add_help=False, prefix_chars="\0")
     dump.add_argument("rest", nargs=argparse.REMAINDER)
     dump.set_defaults(func=cmd_dump_log)
 

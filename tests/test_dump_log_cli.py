@@ -1,0 +1,193 @@
+"""``minibroker dump-log`` as a command: kafka-dump-log.sh's options in any order, help, exit statuses,
+a closed pipe, and the files a running broker wrote (``__consumer_offsets`` decoded, indexes checked)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from minibroker.records import build_records, v2
+from minibroker.records.codecs import Compression
+
+FLAGS = ["--files", "--deep-iteration", "--print-data-log", "--offsets-decoder", "--transaction-log-decoder",
+         "--index-sanity-check", "--verify-index-only", "--max-message-size", "--max-bytes",
+         "--skip-record-metadata", "--json"]
+
+
+def dump_log(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "minibroker", "dump-log", *args], capture_output=True,
+                          text=True, timeout=60, **kw)
+
+
+@pytest.fixture
+def two_logs(tmp_path):
+    a = tmp_path / "a" / "00000000000000000000.log"
+    b = tmp_path / "b" / "00000000000000000007.log"
+    a.parent.mkdir()
+    b.parent.mkdir()
+    a.write_bytes(v2.build_batch([(0, 10, b"k", b"v", ()), (1, 11, None, b"w", ())]))
+    b.write_bytes(build_records(1, [(7, 20, b"x", b"y"), (8, 21, b"z", None)], compression=Compression.GZIP))
+    return str(a), str(b)
+
+
+def test_help_lists_every_flag_on_one_line_each():
+    for flag in ("--help", "-h"):
+        out = dump_log(flag, env={**os.environ, "COLUMNS": "60"})
+        assert out.returncode == 0 and out.stderr == ""
+        assert out.stdout.startswith("usage: minibroker dump-log")
+        lines = out.stdout.splitlines()
+        for name in FLAGS:
+            [line] = [ln for ln in lines if ln.lstrip().startswith(name + " ")]
+            assert len(line.split()) > 2, f"{name}: its help is not on its line: {line!r}"
+
+
+def test_options_before_after_and_among_the_files(two_logs):
+    a, b = two_logs
+    orders = [
+        ["--deep-iteration", "--print-data-log", a, b],
+        [a, b, "--deep-iteration", "--print-data-log"],
+        [a, "--print-data-log", b, "--deep-iteration"],
+        ["--files", f"{a},{b}", "--print-data-log", "--deep-iteration"],
+        [f"--files={a},{b}", "--print-data-log"],
+        ["--deep-iteration", "--files", a, "--print-data-log", "--files", b],
+        ["--print-data-log", "--files", a, b],
+    ]
+    outputs = []
+    for argv in orders:
+        out = dump_log(*argv)
+        assert out.returncode == 0, (argv, out.stderr)
+        assert out.stderr == ""
+        outputs.append(out.stdout)
+    assert all(o == outputs[0] for o in outputs)
+    lines = outputs[0].splitlines()
+    assert lines[0] == f"Dumping {a}" and lines[1] == "Log starting offset: 0"
+    assert lines[3].endswith("sequence: -1 headerKeys: [] key: k payload: v")
+    assert lines[5] == f"Dumping {b}" and lines[6] == "Log starting offset: 7"
+    assert lines[7].startswith("offset: 8 position: 0 CreateTime: 21 size: ")  # the v1 gzip wrapper
+    assert lines[8].startswith("| offset: 7 CreateTime: 20 keySize: 1 valueSize: 1 isValid: true crc: ")
+    assert lines[9].endswith("} key: z")
+
+
+def test_usage_errors_exit_2(two_logs):
+    a, _ = two_logs
+    out = dump_log("--no-such-flag", a)
+    assert out.returncode == 2 and "unrecognized arguments: --no-such-flag" in out.stderr
+    assert out.stderr.startswith("usage: minibroker dump-log")
+    assert "Traceback" not in out.stderr
+    out = dump_log("--deep-iteration")
+    assert out.returncode == 2 and "no file to dump" in out.stderr
+    out = dump_log("--max-message-size", "lots", a)
+    assert out.returncode == 2 and "--max-message-size" in out.stderr
+
+
+def test_a_file_that_cannot_be_read_exits_1_after_the_others(two_logs, tmp_path):
+    a, b = two_logs
+    missing = str(tmp_path / "00000000000000000000.log")
+    directory = str(tmp_path / "b")
+    out = dump_log(missing, a, "--deep-iteration", directory, b)
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    assert lines[:2] == [f"Dumping {missing}", f"Dumping {a}"]
+    assert lines[3].startswith("baseOffset: 0 lastOffset: 1 count: 2")
+    assert lines[6:8] == [f"Dumping {directory}", f"Dumping {b}"]
+    assert lines[9].startswith("offset: 8 position: 0")
+    assert out.stderr.splitlines() == [f"Could not read {missing}: No such file or directory",
+                                       f"Could not read {directory}: Is a directory"]
+    # the files named with --files come first, then the others
+    out = dump_log(missing, "--files", a)
+    assert out.returncode == 1 and out.stdout.splitlines()[0] == f"Dumping {a}"
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(b"".join(
+        v2.build_batch([(i * 10 + j, 1000, b"key", b"v" * 100, ()) for j in range(10)], base_offset=i * 10)
+        for i in range(2000)))  # ~4 MB of text with --deep-iteration, far more than a pipe holds
+    proc = subprocess.Popen([sys.executable, "-m", "minibroker", "dump-log", "--deep-iteration", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == f"Dumping {log}\n".encode()
+    proc.stdout.close()  # the reader goes away, as `head -1` does
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(60) == 0
+    assert "Traceback" not in err and err == ""
+    # and through a shell pipeline, pipefail on
+    out = subprocess.run(["bash", "-o", "pipefail", "-c",
+                          f"{sys.executable} -m minibroker dump-log --deep-iteration {log} | head -1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == f"Dumping {log}\n" and out.stderr == ""
+
+
+def test_files_of_a_running_broker(minibroker_factory):
+    """A real broker's segments: ``--offsets-decoder`` shows the group's metadata and commit readably,
+    and Kafka's index checks pass on the indexes it wrote (and fail on a damaged copy)."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    broker = minibroker_factory({"log.index.interval.bytes": "100"})
+    broker.create_topic("orders")
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
+    for i in range(12):
+        producer.send("orders", b"value-%d" % i, key=b"k%d" % i, partition=0).get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer("orders", bootstrap_servers=broker.bootstrap_servers, group_id="dump-group",
+                             client_id="dump-log-test", auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=10000)
+    seen = 0
+    for _ in consumer:
+        seen += 1
+        if seen == 12:
+            break
+    consumer.commit()
+    consumer.close()
+    broker.stop()
+
+    logs = [p for p in glob.glob(f"{broker.data_dir}/__consumer_offsets-*/*.log") if os.path.getsize(p)]
+    assert len(logs) == 1
+    out = dump_log("--offsets-decoder", "--files", ",".join(logs))
+    assert out.returncode == 0 and out.stderr == ""
+    records = [ln for ln in out.stdout.splitlines() if ln.startswith("| offset:")]
+    metadata = [r for r in records if 'key: {"type":"2","data":{"group":"dump-group"}}' in r]
+    assert metadata and '"protocolType":"consumer"' in metadata[0] and '"protocol":"range"' in metadata[0]
+    assert '"members":[{"memberId":"dump-log-test-' in metadata[0]
+    assert '"clientId":"dump-log-test"' in metadata[0]
+    assert '"subscription":{"topics":["orders"]' in metadata[0]
+    assert '"assignment":{"assignedPartitions":[{"topic":"orders","partitions":[0]}]' in metadata[0]
+    commits = [r for r in records
+               if 'key: {"type":"1","data":{"group":"dump-group","topic":"orders","partition":0}}' in r]
+    assert len(commits) == 1 and ' payload: {"version":"3","data":{"offset":12,' in commits[0]
+
+    segment = f"{broker.data_dir}/orders-0/00000000000000000000"
+    out = dump_log("--verify-index-only", f"{segment}.index", f"{segment}.timeindex")
+    assert out.returncode == 0 and out.stderr == ""
+    assert out.stdout.splitlines() == [f"Dumping {segment}.index", f"Dumping {segment}.timeindex"]
+    out = dump_log(f"{segment}.index", "--index-sanity-check", f"{segment}.timeindex")
+    assert out.returncode == 0 and out.stdout.count("passed sanity check.") == 2
+    entries = dump_log(f"{segment}.index").stdout.splitlines()[1:]
+    assert len(entries) > 3 and all(e.startswith("offset: ") for e in entries)
+
+    # a damaged copy: an entry pointing at the wrong batch, and a torn last entry
+    damaged = os.path.join(os.path.dirname(segment), "copy")
+    os.mkdir(damaged)
+    for suffix in (".log", ".index"):
+        shutil.copy(segment + suffix, os.path.join(damaged, "00000000000000000000" + suffix))
+    index = os.path.join(damaged, "00000000000000000000.index")
+    with open(index, "r+b") as f:
+        data = bytearray(f.read())
+        first = struct.unpack_from(">ii", data, 0)
+        struct.pack_into(">ii", data, 8, struct.unpack_from(">i", data, 8)[0], first[1])
+        f.seek(0)
+        f.write(bytes(data) + b"\x07\x07\x07")
+    out = dump_log("--verify-index-only", index)
+    assert out.returncode == 0
+    second_offset = int(entries[1].split()[1])
+    first_offset = int(entries[0].split()[1])
+    assert f"  Index offset: {second_offset}, log offset: {first_offset}" in out.stderr.splitlines()
+    out = dump_log("--index-sanity-check", index)
+    assert out.returncode == 1 and "CorruptIndexException: Index file " in out.stderr
+    assert "neither positive nor a multiple of 8" in out.stderr
