@@ -28,26 +28,32 @@ Sans-I/O: bytes in, objects out. The transaction coordinator and ``minibroker du
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from enum import IntEnum
 from typing import NamedTuple
+
+from minibroker.coordinator.record_codec import (
+    I8,
+    I16,
+    I32,
+    I64,
+    RecordError,
+    RecordReader,
+    write_array_len,
+    write_string,
+    write_tagged_fields,
+)
 
 KEY_VERSION = 0
 VALUE_VERSION = 0  # non-flexible: what Kafka writes before transaction.version 1
 VALUE_VERSION_FLEXIBLE = 1
 VALUE_VERSIONS = (0, 1)
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-
 # v1 tagged fields: tag -> (field name, struct, default)
 _TAGS = {
-    0: ("previous_producer_id", _I64, -1),
-    1: ("next_producer_id", _I64, -1),
-    2: ("client_transaction_version", _I16, 0),
+    0: ("previous_producer_id", I64, -1),
+    1: ("next_producer_id", I64, -1),
+    2: ("client_transaction_version", I16, 0),
 }
 
 
@@ -93,48 +99,19 @@ class TransactionLogValue(NamedTuple):
     unknown_tags: Sequence[tuple[int, bytes]] = ()  # v1 tags not listed above, kept as read
 
 
-class RecordError(ValueError):
-    """A key or value of ``__transaction_state`` that no known version describes, or cut short."""
-
-
 def record_version(buf) -> int:
     """The int16 version a key or value starts with."""
     if len(buf) < 2:
         raise RecordError("record shorter than its version")
-    return _I16.unpack_from(buf, 0)[0]
+    return I16.unpack_from(buf, 0)[0]
 
 
 # -- writing ------------------------------------------------------------------------------------
 
 
-def _uvarint(out: bytearray, n: int) -> None:
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _string(out: bytearray, s: str, flexible: bool) -> None:
-    b = s.encode("utf-8")
-    if flexible:
-        _uvarint(out, len(b) + 1)
-    else:
-        if len(b) > 0x7FFF:
-            raise ValueError("string longer than 32767 bytes")
-        out += _I16.pack(len(b))
-    out += b
-
-
-def _array_len(out: bytearray, n: int | None, flexible: bool) -> None:
-    if flexible:
-        _uvarint(out, 0 if n is None else n + 1)
-    else:
-        out += _I32.pack(-1 if n is None else n)
-
-
 def encode_key(transactional_id: str) -> bytes:
-    out = bytearray(_I16.pack(KEY_VERSION))
-    _string(out, transactional_id, False)
+    out = bytearray(I16.pack(KEY_VERSION))
+    write_string(out, transactional_id)
     return bytes(out)
 
 
@@ -148,21 +125,21 @@ def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> by
             raise ValueError("a transaction in state Empty cannot have partitions")
         partitions = None
     flexible = version >= 1
-    out = bytearray(_I16.pack(version))
-    out += _I64.pack(value.producer_id)
-    out += _I16.pack(value.producer_epoch)
-    out += _I32.pack(value.transaction_timeout_ms)
-    out += _I8.pack(value.transaction_status)
-    _array_len(out, None if partitions is None else len(partitions), flexible)
+    out = bytearray(I16.pack(version))
+    out += I64.pack(value.producer_id)
+    out += I16.pack(value.producer_epoch)
+    out += I32.pack(value.transaction_timeout_ms)
+    out += I8.pack(value.transaction_status)
+    write_array_len(out, None if partitions is None else len(partitions), flexible)
     for p in partitions or ():
-        _string(out, p.topic, flexible)
-        _array_len(out, len(p.partition_ids), flexible)
+        write_string(out, p.topic, flexible)
+        write_array_len(out, len(p.partition_ids), flexible)
         for pid in p.partition_ids:
-            out += _I32.pack(pid)
+            out += I32.pack(pid)
         if flexible:
-            out.append(0)  # no tagged fields in a partition entry
-    out += _I64.pack(value.transaction_last_update_timestamp_ms)
-    out += _I64.pack(value.transaction_start_timestamp_ms)
+            write_tagged_fields(out, ())  # a partition entry has none
+    out += I64.pack(value.transaction_last_update_timestamp_ms)
+    out += I64.pack(value.transaction_start_timestamp_ms)
     if flexible:
         tags: list[tuple[int, bytes]] = []
         for tag, (name, st, default) in _TAGS.items():
@@ -170,69 +147,11 @@ def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> by
             if v != default:
                 tags.append((tag, st.pack(v)))
         tags.extend((int(t), bytes(b)) for t, b in value.unknown_tags)
-        tags.sort(key=lambda t: t[0])
-        _uvarint(out, len(tags))
-        for tag, data in tags:
-            _uvarint(out, tag)
-            _uvarint(out, len(data))
-            out += data
+        write_tagged_fields(out, tags)
     return bytes(out)
 
 
 # -- reading ------------------------------------------------------------------------------------
-
-
-class _Reader:
-    __slots__ = ("buf", "pos", "flexible")
-
-    def __init__(self, buf, pos: int, flexible: bool):
-        self.buf = memoryview(buf)
-        self.pos = pos
-        self.flexible = flexible
-
-    def fixed(self, st: struct.Struct) -> int:
-        if self.pos + st.size > len(self.buf):
-            raise RecordError("record truncated")
-        (v,) = st.unpack_from(self.buf, self.pos)
-        self.pos += st.size
-        return v
-
-    def uvarint(self) -> int:
-        result = shift = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise RecordError("record truncated")
-            if shift > 28:
-                raise RecordError("varint longer than 5 bytes")
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-
-    def raw(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise RecordError("record truncated")
-        b = bytes(self.buf[self.pos : self.pos + n])
-        self.pos += n
-        return b
-
-    def string(self, field: str) -> str:
-        n = self.uvarint() - 1 if self.flexible else self.fixed(_I16)
-        if n < 0:
-            raise RecordError(f"non-nullable field {field} was serialized as null")
-        try:
-            return self.raw(n).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RecordError(f"field {field} is not UTF-8: {exc}") from None
-
-    def array_len(self) -> int | None:
-        n = self.uvarint() - 1 if self.flexible else self.fixed(_I32)
-        return None if n < 0 else n
-
-    def tags(self) -> list[tuple[int, bytes]]:
-        return [(self.uvarint(), self.raw(self.uvarint())) for _ in range(self.uvarint())]
 
 
 def decode_key(buf) -> TransactionLogKey | None:
@@ -240,7 +159,7 @@ def decode_key(buf) -> TransactionLogKey | None:
     (``record_version`` says which)."""
     if record_version(buf) != KEY_VERSION:
         return None
-    r = _Reader(buf, 2, False)
+    r = RecordReader(buf, 2)
     return TransactionLogKey(r.string("transactionalId"))
 
 
@@ -248,37 +167,32 @@ def decode_value(buf) -> TransactionLogValue:
     version = record_version(buf)
     if version not in VALUE_VERSIONS:
         raise RecordError(f"Unknown version {version} from the transaction log message value")
-    r = _Reader(buf, 2, version >= 1)
-    producer_id = r.fixed(_I64)
-    producer_epoch = r.fixed(_I16)
-    timeout_ms = r.fixed(_I32)
-    status = r.fixed(_I8)
-    n = r.array_len()
+    r = RecordReader(buf, 2, version >= 1)
+    producer_id = r.i64()
+    producer_epoch = r.i16()
+    timeout_ms = r.i32()
+    status = r.i8()
+    n = r.nullable_array_len()
     partitions = None
     if n is not None:
         partitions = []
         for _ in range(n):
             topic = r.string("topic")
-            count = r.array_len()
-            if count is None:
-                raise RecordError("non-nullable field partitionIds was serialized as null")
-            ids = tuple(r.fixed(_I32) for _ in range(count))
-            if r.flexible:
-                r.tags()
+            ids = tuple(r.i32() for _ in range(r.array_len("partitionIds")))
+            r.skip_tagged_fields()
             partitions.append(TxnPartitions(topic, ids))
         partitions = tuple(partitions)
-    last_update = r.fixed(_I64)
-    start = r.fixed(_I64)
+    last_update = r.i64()
+    start = r.i64()
     known = {name: default for name, _, default in _TAGS.values()}
     unknown = []
-    if r.flexible:
-        for tag, data in r.tags():
-            if tag in _TAGS:
-                name, st, _ = _TAGS[tag]
-                if len(data) != st.size:
-                    raise RecordError(f"tagged field {tag} has {len(data)} bytes, not {st.size}")
-                known[name] = st.unpack(data)[0]
-            else:
-                unknown.append((tag, data))
+    for tag, data in r.tagged_fields():
+        if tag in _TAGS:
+            name, st, _ = _TAGS[tag]
+            if len(data) != st.size:
+                raise RecordError(f"tagged field {tag} has {len(data)} bytes, not {st.size}")
+            known[name] = st.unpack(data)[0]
+        else:
+            unknown.append((tag, data))
     return TransactionLogValue(producer_id, producer_epoch, timeout_ms, status, partitions, last_update,
                                start, unknown_tags=tuple(unknown), **known)
