@@ -12,7 +12,8 @@ What a block is, from the HTML comment just before it (invisible on GitHub) or e
 - an ``sh``/``bash``/``shell`` block, or an indented one: commands, run with ``bash -e -o pipefail`` in
   a copy of this checkout (where a reader who cloned it types them); a block that starts
   ``minibroker serve`` keeps running in the background (until the broker is ready) for the blocks after
-  it, which talk to it at ``127.0.0.1:9092`` exactly as written.
+  it, which talk to it at ``127.0.0.1:9092`` exactly as written (docs/teaching.md starts a second one,
+  on its own port and data dir, for its lesson).
 
 Any other block fails ``test_every_block_is_run_or_marked``: nothing is skipped without a reason.
 
@@ -188,7 +189,14 @@ def test_every_block_is_run_or_marked():
                  if not re.fullmatch(r"[\w.-]+", name)]
     problems += [f"file: {name!r} is given twice" for name in set(files) if files.count(name) > 1]
     assert not problems, "\n".join(problems)
-    assert sum(b.serves for b in BLOCKS) == 1, "exactly one block (the README's) starts the broker"
+    serving = [b for b in BLOCKS if b.serves]
+    assert [b.doc for b in serving].count("README.md") == 1, "the README starts the broker, once"
+    # any other broker (docs/teaching.md's) runs beside it: on a port and in a data dir of its own
+    for b in serving:
+        if b.doc != "README.md":
+            own_port = re.search(r"listeners=PLAINTEXT://127\.0\.0\.1:(?!9092\b)\d+", b.text)
+            assert own_port and "log.dirs=" in b.text, (
+                f"{b.id}: a second broker needs its own listeners port and log.dirs")
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.kind == "same-as"], ids=lambda b: b.id)
