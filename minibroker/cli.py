@@ -212,7 +212,7 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
 
 def add_console_tools(sub) -> None:
     """``topics``, ``produce``, ``consume``, ``groups``: each module adds its own parser and ``run``."""
-    from minibroker.tools import consume, groups, produce, topics
+    from minibroker.tools import consume, explain, groups, produce, topics
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap-server",
@@ -221,6 +221,7 @@ def add_console_tools(sub) -> None:
     common.add_argument("--timeout", type=float, default=10.0, help="request timeout in seconds")
     for tool in (topics, produce, consume, groups):
         tool.add_parser(sub, common)
+    explain.add_parser(sub)  # reads a partition's files, never a broker: no --bootstrap-server
 
 
 def main(argv: list[str] | None = None) -> int:

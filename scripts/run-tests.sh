@@ -37,6 +37,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
 need_apt=()
 command -v kcat >/dev/null || need_apt+=(kcat)  # a client we did not write
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser Playwright drives (tests/test_explain.py)
 if [ "$spark" = 1 ]; then
     command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)  # Spark's JVM (tests/test_spark.py)
 fi
