@@ -3,6 +3,14 @@
 Owner of: each partition's producer state table, the waiters of long-polling fetches and the
 worker thread that validates what would hold the event loop too long.
 
+Transactions, on the log side: ``write_txn_marker`` appends an end-transaction marker for the
+transaction coordinator (Kafka's coordinator-origin append: no client validation), closes the
+producer's transaction in the partition's producer state and, for an abort, adds the transaction
+to the ``.txnindex`` of the segment holding the marker. ``last_stable_offset`` is the first offset
+of the earliest open transaction, else the high watermark. The producer state is loaded lazily (the
+latest snapshot, then the log after it); after an unclean shutdown that load also refills the txn
+indexes that recovery emptied, replaying from a snapshot no later than the first such segment.
+
 The append path is synchronous from reading the log end offset to the write (no await between
 them), so offsets are assigned exactly once, in order. Validation is part of that step for
 almost every batch; a compressed batch whose decompression and record walk would take more
@@ -23,7 +31,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from minibroker.coordinator.producer_state import ProducerStateTable, snapshot_files
+from minibroker.coordinator.producer_state import CompletedTxn, ProducerStateTable, snapshot_files
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.message_format import DEFAULT_MESSAGE_FORMAT_VERSION, magic_for_version
 
@@ -34,6 +42,9 @@ append_bytes_log = logging.getLogger("minibroker.append.bytes")
 APPEND_TRACE_BYTES = 4096  # at most this much of each side is logged
 
 _PID_EPOCH_SEQ = struct.Struct(">qhi")
+_ATTRIBUTES_LOW_BYTE = 22  # v2 attributes are an int16 at 21: the flags below are in its low byte
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
 REPLAY_CHUNK = 8 << 20
 
 # Validation a produce request may do on the event loop, per partition, before the rest of it goes to
@@ -124,6 +135,24 @@ def report_unexpected(topic: str, partition: int, exc: BaseException, answered: 
             seen[0],
         )
         seen[0], seen[1] = 0, now
+
+
+PRODUCE_VERSION_FOR_MARKERS = 11  # markers are v2 batches: any Produce version >= 3 validates them alike
+
+
+def _reindex_aborted(rebuild: list, table: ProducerStateTable, completed: CompletedTxn) -> None:
+    """Add a replayed abort to the txn index of its marker's segment, if that segment is one being
+    rebuilt (``rebuild``: segments in offset order)."""
+    from minibroker.storage.txn_index import AbortedTxn
+
+    for segment in reversed(rebuild):
+        if segment.base_offset <= completed.last_offset:
+            if completed.last_offset < segment.next_offset:
+                segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                    completed.last_offset,
+                                                    table.last_stable_offset_after(completed)))
+                segment.flushed = False
+            return
 
 
 class AppendOutcome(NamedTuple):
@@ -217,11 +246,17 @@ class ReplicaManager:
         return table
 
     def _load_producer_state(self, plog) -> ProducerStateTable:
-        """Latest usable snapshot, then the log after it replayed batch header by batch header."""
+        """Latest usable snapshot, then the log after it replayed batch header by batch header (and
+        the end markers' control records). Segments that recovery re-read have an empty txn index:
+        the replay then starts no later than the first of them (a snapshot at or below its base, else
+        the log start), and the aborted transactions whose markers lie in them are indexed again,
+        as Kafka's ``LogSegment.recover`` does with the producer state rebuilt up to the segment."""
+        rebuild = [s for s in plog.segments if s.txn_index_needs_rebuild]
+        rebuild_from = rebuild[0].base_offset if rebuild else None
         table = ProducerStateTable()
         start = plog.log_start_offset
         for offset, path in reversed(snapshot_files(plog.directory)):
-            if offset > plog.log_end_offset:
+            if offset > plog.log_end_offset or (rebuild_from is not None and offset > rebuild_from):
                 continue
             try:
                 table = ProducerStateTable.read_snapshot(path)
@@ -234,24 +269,51 @@ class ReplicaManager:
             if entry.magic != 2:
                 continue
             pid, epoch, base_seq = _PID_EPOCH_SEQ.unpack_from(data, entry.position + 43)
-            if pid >= 0 and base_seq >= 0:
+            if pid < 0:
+                continue
+            attributes = data[entry.position + _ATTRIBUTES_LOW_BYTE]
+            if attributes & _CONTROL:
+                completed = self._replay_marker(plog, table, data, entry, pid, epoch)
+                if completed is not None and completed.is_aborted and rebuild:
+                    _reindex_aborted(rebuild, table, completed)
+                replayed += 1
+            elif base_seq >= 0:
                 delta = entry.last_offset - entry.base_offset
                 table.record(pid, epoch, base_seq, base_seq + delta, entry.base_offset, entry.last_offset,
-                             entry.max_timestamp)
+                             entry.max_timestamp, is_transactional=bool(attributes & _TRANSACTIONAL))
                 replayed += 1
+        for segment in rebuild:
+            segment.txn_index_needs_rebuild = False
         if replayed:
             log.debug(
                 "%s: producer state rebuilt from %d batches after offset %d", plog.directory, replayed, start
             )
         return table
 
+    @staticmethod
+    def _replay_marker(plog, table, data, entry, pid: int, epoch: int) -> CompletedTxn | None:
+        from minibroker.records.control import ControlType, read_end_txn_marker
+
+        try:
+            marker = read_end_txn_marker(data, entry.position)
+        except ValueError as e:
+            log.warning("%s: unreadable control batch at offset %d: %s", plog.directory, entry.base_offset, e)
+            return None
+        if marker is None:  # an empty control batch, or a control type other than an end marker
+            return None
+        return table.complete_txn(pid, epoch, marker.coordinator_epoch, entry.base_offset,
+                                  marker.control_type == ControlType.ABORT, entry.max_timestamp)
+
     def write_snapshots(self) -> None:
+        """A snapshot of every loaded producer state at its log end (at close): the next start replays
+        nothing before it. Written when empty too, so a restart does not replay a whole log to learn
+        that nothing is open."""
         for (topic, partition), table in self._producer_states.items():
             try:
                 plog = self.logs.get_log(topic, partition)
             except KafkaError:
                 continue  # deleted since
-            if table.producers and not plog.closed:
+            if not plog.closed and plog.offline_reason is None and not plog.read_only:
                 try:
                     table.write_snapshot(plog.directory, plog.log_end_offset)
                 except OSError as e:
@@ -414,7 +476,8 @@ class ReplicaManager:
             if table is None:
                 table = self.producer_state(topic, partition)
             duplicate = table.check(
-                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
+                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
+                batch.is_transactional,
             )
             if duplicate is not None:
                 if len(result.batches) == 1:
@@ -446,6 +509,7 @@ class ReplicaManager:
                     batch.first_offset,
                     batch.last_offset,
                     result.max_timestamp,
+                    batch.is_transactional,
                 )
         self.broker.metrics.bytes_in += len(result.data)
         self.wake(topic, partition)
@@ -456,6 +520,85 @@ class ReplicaManager:
             path=str(result.path),
             record_count=result.record_count,
         )
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def write_txn_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        now_ms: int | None = None,
+    ) -> int:
+        """Append a COMMIT or ABORT marker for ``producer_id`` at the log end and close its transaction
+        (for the transaction coordinator; Kafka's append with origin COORDINATOR). Returns the
+        marker's offset. An abort of an open transaction is added to the txn index; a marker for a
+        producer with no open transaction is written all the same and closes nothing.
+
+        Raises KafkaError: INVALID_PRODUCER_EPOCH for an epoch older than the producer's,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch, UNSUPPORTED_FOR_MESSAGE_FORMAT
+        for a topic kept in magic 0/1, and the log's own errors (unknown partition, storage)."""
+        from minibroker.records.control import build_end_txn_marker
+        from minibroker.storage.txn_index import AbortedTxn
+
+        plog = self.get_log(topic, partition)
+        table = self.producer_state(topic, partition)
+        table.check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch)
+        config = self._append_config(topic, partition, plog)
+        if config.message_format_magic < 2:
+            raise KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"transaction markers need magic 2; "
+                             f"{topic} is kept in magic {config.message_format_magic}")
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        marker = build_end_txn_marker(commit=commit, producer_id=producer_id, producer_epoch=producer_epoch,
+                                      coordinator_epoch=coordinator_epoch, timestamp=now_ms)
+        # Not from a client: the validator lets the control batch through and assigns its offset (and
+        # LogAppendTime on such topics), as Kafka's LogValidator does for the coordinator.
+        result = _validate_and_assign()(
+            bytearray(marker), next_offset=plog.log_end_offset, now_ms=now_ms, config=config,
+            produce_version=PRODUCE_VERSION_FOR_MARKERS, leader_epoch=0, is_from_client=False,
+        )
+        plog.append(
+            result.data,
+            first_offset=result.first_offset,
+            last_offset=result.last_offset,
+            max_timestamp=result.max_timestamp,
+            offset_of_max_timestamp=result.offset_of_max_timestamp,
+            record_count=result.record_count,
+        )
+        offset = result.first_offset
+        completed = table.complete_txn(producer_id, producer_epoch, coordinator_epoch, offset, not commit,
+                                       result.max_timestamp)
+        try:
+            if completed is not None and completed.is_aborted:
+                plog.add_aborted_txn(AbortedTxn(producer_id, completed.first_offset, offset,
+                                                table.last_stable_offset_after(completed)))
+        finally:
+            self.wake(topic, partition)  # the last stable offset moved: read_committed fetches wake
+        append_log.debug("%s-%d: %s marker for producer %d (epoch %d, coordinator epoch %d) at offset %d%s",
+                         topic, partition, "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
+                         coordinator_epoch, offset,
+                         f", closing its transaction from {completed.first_offset}" if completed else "")
+        return offset
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The first offset of the earliest open transaction, else the high watermark (never below the
+        log start offset: records deleted under an open transaction cannot be read anyway)."""
+        plog = self.get_log(topic, partition)
+        first_unstable = self.producer_state(topic, partition).first_unstable_offset()
+        if first_unstable is None:
+            return plog.high_watermark
+        return max(min(first_unstable, plog.high_watermark), plog.log_start_offset)
+
+    def aborted_transactions(self, topic: str, partition: int, fetch_offset: int, fetched) -> list:
+        """The aborted transactions a READ_COMMITTED fetch of ``fetched`` (a ``FetchSlice`` read from
+        ``fetch_offset``) must report: ``AbortedTxn`` entries overlapping the fetched offsets."""
+        plog = self.get_log(topic, partition)
+        self.producer_state(topic, partition)  # loaded first: it refills txn indexes after a recovery
+        return plog.collect_aborted_transactions(fetch_offset, plog.fetch_upper_bound(fetched))
 
     # -- long-poll waiters ----------------------------------------------------------------------
 

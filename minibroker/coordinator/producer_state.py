@@ -1,4 +1,4 @@
-"""Idempotent producers: per-partition sequence state, and producer id allocation.
+"""Idempotent and transactional producers: per-partition producer state, and producer id allocation.
 
 ``ProducerStateTable`` is owned by one partition (through the ReplicaManager) and mutated
 only on the event loop between validation and append, with no await in between. It keeps,
@@ -8,10 +8,19 @@ of a cached batch (DUPLICATE_SEQUENCE_NUMBER with the original offset), out of o
 fenced epoch (47) or unknown producer (59). Batches with producer id -1 are not idempotent
 (kafka-python and aiokafka send sequence 0 then) and are never checked.
 
+Transactions (Kafka's ProducerAppendInfo / ProducerStateManager): a transactional batch from a
+producer with no ongoing transaction starts one at the batch's first offset; an end-transaction
+marker (control batch) ends it. The table knows every ongoing transaction, so the partition's
+first unstable offset (the last stable offset while one is open) is the smallest first offset
+among them. A marker older than the producer's epoch is refused (INVALID_PRODUCER_EPOCH), as is
+one from an older coordinator epoch (TRANSACTION_COORDINATOR_FENCED); a non-transactional batch
+from a producer in a transaction gets INVALID_TXN_STATE.
+
 Snapshots: ``<20-digit offset>.snapshot`` beside the segments in Kafka's producer snapshot
 format (version 1): int16 version, uint32 CRC-32C of the rest, int32 count, then per
 producer: int64 id, int16 epoch, int32 last sequence, int64 last offset, int32 offset delta,
-int64 timestamp, int32 coordinator epoch, int64 current txn first offset. The offset in the
+int64 timestamp, int32 coordinator epoch, int64 current txn first offset (-1: none). A producer
+known only from a marker has last sequence -1 and last offset -1, as in Kafka. The offset in the
 name is the log end offset the snapshot covers; the log after it is replayed on load.
 """
 
@@ -45,18 +54,39 @@ class BatchMeta(NamedTuple):
     timestamp: int = -1
 
 
-class ProducerEntry:
-    """One producer id's epoch and its last few batches (to answer a retried batch as a duplicate)."""
+class CompletedTxn(NamedTuple):
+    """A transaction an end marker closed: its first offset and the marker's offset."""
 
-    __slots__ = ("producer_id", "epoch", "batches")
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
+class ProducerEntry:
+    """One producer id's epoch and its last few batches (to answer a retried batch as a duplicate),
+    its coordinator epoch and the first offset of its ongoing transaction (None: none)."""
+
+    __slots__ = ("producer_id", "epoch", "batches", "coordinator_epoch", "current_txn_first_offset",
+                 "last_timestamp")
 
     def __init__(self, producer_id: int, epoch: int):
         self.producer_id = producer_id
         self.epoch = epoch
         self.batches: collections.deque[BatchMeta] = collections.deque(maxlen=MAX_CACHED_BATCHES)
+        self.coordinator_epoch = -1
+        self.current_txn_first_offset: int | None = None
+        self.last_timestamp = -1
 
     def __repr__(self) -> str:
-        return f"ProducerEntry({self.producer_id}, epoch {self.epoch}, last seq {self.last_seq})"
+        return (f"ProducerEntry({self.producer_id}, epoch {self.epoch}, last seq {self.last_seq}, "
+                f"txn from {self.current_txn_first_offset})")
+
+    def bump_epoch(self, epoch: int) -> None:
+        """A different epoch: the cached batches belong to the old one (Kafka's maybeUpdateProducerEpoch)."""
+        if epoch != self.epoch:
+            self.batches.clear()
+            self.epoch = epoch
 
     @property
     def last_seq(self) -> int:
@@ -72,13 +102,17 @@ class ProducerStateTable:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> BatchMeta | None:
+    def check(
+        self, producer_id: int, epoch: int, first_seq: int, last_seq: int, is_transactional: bool = False
+    ) -> BatchMeta | None:
         """Validate one batch before it is appended.
 
         Returns the cached metadata of an identical earlier batch (a duplicate the caller answers
         with its original offset), or None when the batch is new and may be appended.
-        Raises KafkaError for fenced, out-of-order or unknown producers.
+        Raises KafkaError for fenced, out-of-order or unknown producers, and INVALID_TXN_STATE for
+        a non-transactional batch from a producer whose transaction is open.
         """
         if producer_id == NO_PRODUCER_ID:
             return None
@@ -101,15 +135,21 @@ class ProducerStateTable:
                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     f"Invalid sequence {first_seq} for new epoch {epoch} of producer {producer_id}",
                 )
-            return None
-        for meta in entry.batches:
-            if meta.first_seq == first_seq and meta.last_seq == last_seq:
-                return meta
-        if first_seq != next_sequence(entry.last_seq):
+        else:
+            for meta in entry.batches:
+                if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                    return meta
+            if first_seq != next_sequence(entry.last_seq):
+                raise KafkaError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"Out of order sequence number for producer {producer_id}: {first_seq} "
+                    f"(incoming seq. number), {entry.last_seq} (current end sequence number)",
+                )
+        if entry.current_txn_first_offset is not None and not is_transactional:
             raise KafkaError(
-                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"Out of order sequence number for producer {producer_id}: {first_seq} "
-                f"(incoming seq. number), {entry.last_seq} (current end sequence number)",
+                ErrorCode.INVALID_TXN_STATE,
+                f"Expected transactional write from producer {producer_id}: its transaction is open "
+                f"since offset {entry.current_txn_first_offset}",
             )
         return None
 
@@ -122,23 +162,91 @@ class ProducerStateTable:
         first_offset: int,
         last_offset: int,
         timestamp: int = -1,
+        is_transactional: bool = False,
     ) -> None:
-        """Remember an appended batch (after ``check`` said it was new)."""
+        """Remember an appended batch (after ``check`` said it was new); a transactional batch from a
+        producer with no open transaction opens one at ``first_offset``."""
         if producer_id == NO_PRODUCER_ID:
             return
         entry = self.producers.get(producer_id)
-        if entry is None or epoch > entry.epoch:
+        if entry is None:
             entry = ProducerEntry(producer_id, epoch)
             self.producers[producer_id] = entry
+        elif epoch > entry.epoch:
+            entry.bump_epoch(epoch)  # the open transaction and coordinator epoch stay, as in Kafka
         entry.batches.append(BatchMeta(first_seq, last_seq, first_offset, last_offset, timestamp))
+        entry.last_timestamp = timestamp
+        if is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = first_offset
+            self._ongoing[producer_id] = first_offset
 
-    def active(self) -> list[tuple[int, int, int, int, int]]:
-        """(producer id, epoch, last sequence, last offset, last timestamp) for DescribeProducers."""
+    # -- transactions ----------------------------------------------------------------------------
+
+    def check_end_txn_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Refuse a marker from an older producer epoch or an older coordinator epoch (Kafka's
+        ``appendEndTxnMarker`` checks for appends that do not come from replication)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"Epoch {epoch} of the marker for producer {producer_id} is older than {entry.epoch}",
+            )
+        if entry.coordinator_epoch > coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"Invalid coordinator epoch for producer {producer_id}: {coordinator_epoch} (zombie), "
+                f"{entry.coordinator_epoch} (current)",
+            )
+
+    def complete_txn(
+        self, producer_id: int, epoch: int, coordinator_epoch: int, marker_offset: int, is_abort: bool,
+        timestamp: int = -1,
+    ) -> CompletedTxn | None:
+        """Apply an appended end marker: the producer's open transaction, if any, is closed and
+        returned (None when it had none: such a marker aborts nothing). No checks: call
+        ``check_end_txn_marker`` first for a marker not yet in the log."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = ProducerEntry(producer_id, epoch)
+            self.producers[producer_id] = entry
+        completed = None
+        if entry.current_txn_first_offset is not None:
+            completed = CompletedTxn(producer_id, entry.current_txn_first_offset, marker_offset, is_abort)
+            self._ongoing.pop(producer_id, None)
+        entry.bump_epoch(epoch)
+        entry.coordinator_epoch = coordinator_epoch
+        entry.current_txn_first_offset = None
+        entry.last_timestamp = timestamp
+        return completed
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The last stable offset once ``completed`` is closed: the first offset of the earliest
+        other open transaction, else the offset after the marker (Kafka's ``lastStableOffset``, the
+        value its transaction index entries carry)."""
+        others = [first for pid, first in self._ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction, None when none is open."""
+        return min(self._ongoing.values()) if self._ongoing else None
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction (a copy)."""
+        return dict(self._ongoing)
+
+    def active(self) -> list[tuple[int, int, int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, last offset, last timestamp, coordinator epoch, first
+        offset of the open transaction or -1) for DescribeProducers: every producer the partition
+        knows, those known only from a marker with last sequence and last offset -1, as in Kafka."""
         out = []
         for entry in self.producers.values():
-            if entry.batches:
-                last = entry.batches[-1]
-                out.append((entry.producer_id, entry.epoch, last.last_seq, last.last_offset, last.timestamp))
+            last = entry.batches[-1] if entry.batches else None
+            last_seq, last_offset = (last.last_seq, last.last_offset) if last is not None else (-1, -1)
+            txn = entry.current_txn_first_offset
+            out.append((entry.producer_id, entry.epoch, last_seq, last_offset, entry.last_timestamp,
+                        entry.coordinator_epoch, -1 if txn is None else txn))
         return out
 
     # -- snapshots -------------------------------------------------------------------------------
@@ -146,18 +254,22 @@ class ProducerStateTable:
     def write_snapshot(self, directory: str, end_offset: int) -> str:
         body = bytearray(_SNAP_COUNT.pack(len(self.producers)))
         for entry in self.producers.values():
-            if not entry.batches:
-                continue
-            last = entry.batches[-1]
+            txn = -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
+            if entry.batches:
+                last = entry.batches[-1]
+                last_seq, last_offset = last.last_seq, last.last_offset
+                delta = last.last_offset - last.first_offset
+            else:  # known from a marker only
+                last_seq, last_offset, delta = -1, -1, 0
             body += _SNAP_ENTRY.pack(
                 entry.producer_id,
                 entry.epoch,
-                last.last_seq,
-                last.last_offset,
-                last.last_offset - last.first_offset,
-                last.timestamp,
-                -1,
-                -1,
+                last_seq,
+                last_offset,
+                delta,
+                entry.last_timestamp,
+                entry.coordinator_epoch,
+                txn,
             )
         count = (len(body) - 4) // _SNAP_ENTRY.size
         _SNAP_COUNT.pack_into(body, 0, count)
@@ -191,11 +303,18 @@ class ProducerStateTable:
             raise ValueError(f"{path}: producer snapshot size does not match its count")
         table = cls()
         for i in range(count):
-            pid, epoch, last_seq, last_offset, delta, ts, _coord, _txn = _SNAP_ENTRY.unpack_from(
+            pid, epoch, last_seq, last_offset, delta, ts, coord, txn = _SNAP_ENTRY.unpack_from(
                 body, 4 + i * _SNAP_ENTRY.size
             )
-            first_seq = last_seq - delta if last_seq >= delta else 0
-            table.record(pid, epoch, first_seq, last_seq, last_offset - delta, last_offset, ts)
+            entry = ProducerEntry(pid, epoch)
+            if last_offset >= 0:
+                first_seq = last_seq - delta if last_seq >= delta else 0
+                entry.batches.append(BatchMeta(first_seq, last_seq, last_offset - delta, last_offset, ts))
+            entry.last_timestamp, entry.coordinator_epoch = ts, coord
+            if txn >= 0:
+                entry.current_txn_first_offset = txn
+                table._ongoing[pid] = txn
+            table.producers[pid] = entry
         return table
 
 

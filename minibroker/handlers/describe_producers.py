@@ -1,11 +1,12 @@
 """DescribeProducers: v0.
 
 Behaviour: for each asked partition, the idempotent producers the partition's producer state
-knows (those with a batch among the retained ones): id, epoch, last sequence and the timestamp
-of their last batch; coordinator epoch and transaction start offset -1 (no transactions).
-Unknown topic or partition 3.
+knows: id, epoch, last sequence and the timestamp of their last batch (or marker), the
+coordinator epoch of their last end marker (-1 before any) and the first offset of their open
+transaction (-1 when none). A producer known only from a marker has last sequence -1, as in
+Kafka. Unknown topic or partition 3.
 Version notes: only v0 exists.
-Gaps: transactional producers (no transactions yet).
+Gaps: none known.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ def _partition(broker, topic: str, index: int) -> Struct:
                 producer_epoch=epoch,
                 last_sequence=last_seq,
                 last_timestamp=ts,
-                coordinator_epoch=-1,
-                current_txn_start_offset=-1,
+                coordinator_epoch=coordinator_epoch,
+                current_txn_start_offset=txn_start,
             )
-            for pid, epoch, last_seq, _last_offset, ts in active
+            for pid, epoch, last_seq, _last_offset, ts, coordinator_epoch, txn_start in active
         ],
     )
 

@@ -7,11 +7,17 @@ segment file to the socket with sendfile. When fewer than ``min_bytes`` are read
 waits, woken by appends (not by timers), until ``max_wait_ms``. Full responses list exactly the
 requested partitions (empty ones with zero-length records, never null); fetch sessions
 (KIP-227, v7+) answer incremental requests with only the partitions that changed.
-High watermark = last stable offset = log end offset (one node, no open transactions);
-preferred read replica -1; topic ids on v13+ (UNKNOWN_TOPIC_ID for unknown ones).
+High watermark = log end offset (one node); last stable offset (v4+) = the first offset of the
+earliest open transaction, else the high watermark. isolation_level READ_COMMITTED (1, v4+) reads
+only below the last stable offset (a batch straddling it is left out) and answers the aborted
+transactions overlapping what was read, from the segments' ``.txnindex`` (producer id, first
+offset), so that clients drop aborted records; a marker moving the last stable offset wakes
+long-polling fetches. READ_UNCOMMITTED reads to the high watermark, control batches included.
+Preferred read replica -1; topic ids on v13+ (UNKNOWN_TOPIC_ID for unknown ones).
 Version notes: v0-v3 cannot read magic 2, so their batches are down-converted (magic 0 for
 v0-v1, magic 1 for v2-v3), which copies them through Python: old clients pay for it.
-Gaps: aborted transactions are always empty (no transactions); no follower fetching.
+Gaps: no follower fetching; incremental sessions resend a partition when its high watermark or log
+start moved (a last stable offset moves only with a marker append, which moves the high watermark).
 """
 
 from __future__ import annotations
@@ -126,14 +132,16 @@ class FetchPlan:
         return [(name, p[0]) for name, _, parts in self.topics for p in parts]
 
 
-def _partition(index, error=0, hw=-1, log_start=-1, records=EMPTY, committed=False) -> Struct:
+def _partition(index, error=0, hw=-1, log_start=-1, records=EMPTY, committed=False, lso=None,
+               aborted=()) -> Struct:
     return Struct(
         partition_index=index,
         error_code=int(error),
         high_watermark=hw,
-        last_stable_offset=hw,
+        last_stable_offset=hw if lso is None else lso,
         log_start_offset=log_start,
-        aborted_transactions=[] if committed else None,
+        aborted_transactions=[Struct(producer_id=t.producer_id, first_offset=t.first_offset) for t in aborted]
+        if committed else None,
         preferred_read_replica=-1,
         records=records,
     )
@@ -158,13 +166,18 @@ def read_partitions(plan: FetchPlan) -> tuple[list, int]:
                 continue
             hw, log_start = plog.high_watermark, plog.log_start_offset
             records = EMPTY
+            lso, aborted = None, ()
             try:
                 check_current_leader_epoch(leader_epoch)
+                lso = replicas.last_stable_offset(name, partition)
                 limit = min(max_bytes, budget)
                 if limit > 0 or total == 0:
-                    fetched = plog.read(fetch_offset, max(limit, 0), min_one_entry=(total == 0))
+                    fetched = plog.read(fetch_offset, max(limit, 0), min_one_entry=(total == 0),
+                                        max_offset=lso if committed else None)
                     region = fetched.region
                     if region is not None and region.size:
+                        if committed:
+                            aborted = replicas.aborted_transactions(name, partition, fetch_offset, fetched)
                         records = region
                         if magic < 2:
                             from minibroker.records import down_convert
@@ -173,7 +186,7 @@ def read_partitions(plan: FetchPlan) -> tuple[list, int]:
                         total += len(records)
                         budget -= len(records)
             except KafkaError as e:
-                out.append(_partition(partition, e.code, hw, log_start, committed=committed))
+                out.append(_partition(partition, e.code, hw, log_start, committed=committed, lso=lso))
                 continue
             sp = plan.session.partitions.get((name, partition)) if plan.session is not None else None
             if plan.incremental and sp is not None:
@@ -183,7 +196,7 @@ def read_partitions(plan: FetchPlan) -> tuple[list, int]:
                     continue
             elif plan.session is not None and sp is not None:
                 sp.high_watermark, sp.log_start_offset = hw, log_start
-            out.append(_partition(partition, 0, hw, log_start, records, committed))
+            out.append(_partition(partition, 0, hw, log_start, records, committed, lso, aborted))
         if out or not plan.incremental:
             responses.append(Struct(topic=name, topic_id=topic_id, partitions=out))
     for topic_id, partitions in plan.unknown_ids.items():

@@ -1,14 +1,17 @@
 """ListOffsets: v0-v10.
 
-Behaviour: -2 earliest = log start offset, -1 latest = log end offset (= last stable offset,
-no transactions), -3 max timestamp (v7+) = the record with the largest timestamp, the first one
-if several share it (as Kafka since KAFKA-16310; not the last offset of its batch), -4 earliest
-local (v8+) = log start offset, -5 last tiered (v9+) = -1 (no tiered storage); any other
-timestamp finds the first offset whose timestamp is >= it through the time indexes, or -1.
+Behaviour: -2 earliest = log start offset, -1 latest = log end offset, or with isolation_level
+READ_COMMITTED (1, v2+) the last stable offset (the first offset of the earliest open
+transaction, else the log end offset), -3 max timestamp (v7+) = the record with the largest
+timestamp, the first one if several share it (as Kafka since KAFKA-16310; not the last offset of
+its batch), -4 earliest local (v8+) = log start offset, -5 last tiered (v9+) = -1 (no tiered
+storage); any other timestamp finds the first offset whose timestamp is >= it through the time indexes, or -1.
 v0 answers with an array of offsets (one, for the one asked). Leader epoch 0 in answers (v4+).
 """
 
 from __future__ import annotations
+
+import functools
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.leader_epochs import LEADER_EPOCH, check_current_leader_epoch
@@ -18,10 +21,11 @@ from minibroker.protocol.codec import Struct
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-def lookup(plog, timestamp: int, version: int) -> tuple[int, int]:
-    """(timestamp, offset) answered for a target timestamp."""
+def lookup(plog, timestamp: int, version: int, last_stable_offset=None) -> tuple[int, int]:
+    """(timestamp, offset) answered for a target timestamp; ``last_stable_offset()`` gives LATEST's
+    answer at READ_COMMITTED."""
     if timestamp == LATEST:
-        return -1, plog.log_end_offset
+        return -1, plog.log_end_offset if last_stable_offset is None else last_stable_offset()
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
     if timestamp == LATEST_TIERED:
@@ -38,6 +42,7 @@ def lookup(plog, timestamp: int, version: int) -> tuple[int, int]:
 @handles(2, (0, 10))
 def handle_list_offsets(broker, header, request):
     version = header.api_version
+    committed = version >= 2 and request.isolation_level == 1
     topics = []
     for topic in request.topics:
         partitions = []
@@ -45,7 +50,10 @@ def handle_list_offsets(broker, header, request):
             try:
                 check_current_leader_epoch(p.current_leader_epoch)
                 plog = broker.replicas.get_log(topic.name, p.partition_index)
-                ts, offset = lookup(plog, p.timestamp, version)
+                lso = None
+                if committed:
+                    lso = functools.partial(broker.replicas.last_stable_offset, topic.name, p.partition_index)
+                ts, offset = lookup(plog, p.timestamp, version, lso)
                 partitions.append(
                     Struct(
                         partition_index=p.partition_index,

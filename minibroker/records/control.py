@@ -65,3 +65,10 @@ def build_end_txn_marker(
         is_control=True,
         partition_leader_epoch=partition_leader_epoch,
     )
+
+
+def read_end_txn_marker(buf, position: int = 0) -> EndTxnMarker | None:
+    """The marker of the control batch at ``position`` (its first record, as Kafka reads it), or None
+    for an empty batch or an unknown control type."""
+    records = v2.batch_records(buf, position)
+    return parse_control_record(records[0]) if records else None

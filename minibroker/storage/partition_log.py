@@ -29,6 +29,7 @@ from minibroker.records.framing import EntryInfo, scan_entries
 from minibroker.storage import checkpoints
 from minibroker.storage.segment import LogSegment
 from minibroker.storage.timestamps import offset_of_max_timestamp, record_at_or_after
+from minibroker.storage.txn_index import AbortedTxn
 
 __all__ = ["FetchSlice", "PartitionLog"]
 
@@ -579,6 +580,54 @@ class PartitionLog:
             FileRegion(segment.file, start, end - start), info.base_offset, leo, self._log_start, leo
         )
 
+    # ---- aborted transactions (.txnindex) --------------------------------------------------------
+    def add_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Record an aborted transaction in the txn index of the segment holding its marker
+        (``txn.last_offset``, already appended)."""
+        self._check_writable()
+        segment = self._segments[bisect.bisect_right(self._bases, txn.last_offset) - 1]
+        try:
+            segment.txn_index.append(txn)
+        except OSError as exc:
+            raise self._storage_error(exc, f"append to {segment.txn_index.path}") from exc
+        segment.flushed = False
+
+    def fetch_upper_bound(self, fetched: FetchSlice) -> int:
+        """The offset just past what ``fetched`` holds: the next entry's offset (one header read), the
+        segment's next offset at its end; ``fetched.first_offset`` when it holds nothing."""
+        region = fetched.region
+        if region is None or not region.size:
+            return fetched.first_offset
+        i = bisect.bisect_right(self._bases, fetched.first_offset) - 1
+        segment = self._segments[i]
+        end = region.position + region.size
+        if segment.file is not region.file or end >= segment.size:
+            return segment.next_offset if segment.file is region.file else self._leo
+        header = os.pread(region.file.fileno(), 8, end)
+        return struct.unpack(">q", header)[0] if len(header) == 8 else segment.next_offset
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[fetch_offset, upper_bound)``: those whose marker is at
+        or after ``fetch_offset`` and whose first offset is below ``upper_bound``, from the segment
+        holding ``fetch_offset`` on, until an entry's last stable offset reaches ``upper_bound`` (as
+        Kafka's ``collectAbortedTransactions``)."""
+        found: list[AbortedTxn] = []
+        if upper_bound <= fetch_offset:
+            return found
+        i = max(bisect.bisect_right(self._bases, fetch_offset) - 1, 0)
+        try:
+            for segment in self._segments[i:]:
+                txns, complete = segment.txn_index.collect(fetch_offset, upper_bound)
+                found.extend(txns)
+                if complete:
+                    break
+        except (OSError, ValueError) as exc:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"reading the txn index of {self._topic}-{self._partition}: {exc}",
+            ) from exc
+        return found
+
     def read_bytes(self, offset: int, max_bytes: int) -> bytes:
         """A copy of whole entries from ``offset`` (for internal readers such as the group
         coordinator loading ``__consumer_offsets``); b"" at the log end."""
@@ -669,6 +718,7 @@ class PartitionLog:
             if segment in self._segments and segment.file is not None:
                 segment.index.flush()
                 segment.time_index.flush()
+                segment.txn_index.flush()
                 segment.flushed = True
         point = next((s.base_offset for s in self._segments if not s.flushed), self._leo)
         self._recovery_point = max(self._recovery_point, point)

@@ -1,4 +1,5 @@
-"""One log segment: ``<base>.log`` with its ``<base>.index`` and ``<base>.timeindex``.
+"""One log segment: ``<base>.log`` with its ``<base>.index``, ``<base>.timeindex`` and, once a
+transaction is aborted in it, ``<base>.txnindex``.
 
 Contract (as Apache Kafka's LogSegment): the ``.log`` is a concatenation of whole entries
 (v2 batches or v0/v1 messages), offsets already assigned and strictly increasing, the first one
@@ -34,6 +35,7 @@ from minibroker.records.framing import (
     scan_entries,
 )
 from minibroker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from minibroker.storage.txn_index import TransactionIndex
 
 __all__ = ["LogSegment", "SegmentFile", "RecoveryResult", "segment_file_name"]
 
@@ -126,6 +128,11 @@ class LogSegment:
             writable=active,
             in_memory=read_only,
         )
+        txn_index_path = os.path.join(directory, segment_file_name(base_offset, ".txnindex"))
+        self.txn_index = TransactionIndex(txn_index_path, base_offset, in_memory=read_only)
+        # Set by recover(), which empties the txn index: the producer state replay refills it
+        # (ReplicaManager, as Kafka's LogSegment.recover does with its producer state).
+        self.txn_index_needs_rebuild = False
         self._index_max_bytes = index_max_bytes
         self.next_offset = base_offset  # last offset + 1
         self.max_timestamp = -1
@@ -147,7 +154,7 @@ class LogSegment:
         index_interval_bytes: int,
         clock=time.time,
     ) -> LogSegment:
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             path = os.path.join(directory, segment_file_name(base_offset, suffix))
             if os.path.exists(path):
                 os.unlink(path)
@@ -224,6 +231,8 @@ class LogSegment:
         or partial entry, rebuild both indexes. Returns what was kept and cut."""
         self.index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
+        self.txn_index_needs_rebuild = True
         self.next_offset = self.base_offset
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self.bytes_since_last_index_entry = 0
@@ -348,6 +357,7 @@ class LogSegment:
             os.fsync(self.file.fileno())
         self.index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
         self.flushed = True
 
     # ---- reading ------------------------------------------------------------------------------
@@ -476,6 +486,7 @@ class LogSegment:
             self.time_index.resize(self._index_max_bytes)
         os.ftruncate(self.file.fileno(), position)
         self.size = position
+        self.txn_index.truncate_to(info.base_offset)
         # Recompute state from what is left (bounded: the tail after the last index entry).
         last_pos = self.index.last_entry()[1]
         self.next_offset = self.base_offset
@@ -514,12 +525,14 @@ class LogSegment:
                 log.warning("%s: could not finish the indexes at close: %s", self.log_path, exc)
         self.index.close()
         self.time_index.close()
+        self.txn_index.close()
         self.file = None
 
     def delete(self) -> None:
         """Remove the files (a region in flight still reads through its open descriptor)."""
         self.index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self.file = None
         try:
             os.unlink(self.log_path)

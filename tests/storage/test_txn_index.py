@@ -1,0 +1,156 @@
+"""The ``.txnindex`` (Kafka's TransactionIndex) alone and inside segments and partition logs, and the
+producer state's transaction bookkeeping and snapshots."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from minibroker.coordinator.producer_state import ProducerStateTable
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.records import build_records
+from minibroker.records.control import build_end_txn_marker
+from minibroker.storage.partition_log import PartitionLog
+from minibroker.storage.topic_config import effective_topic_config
+from minibroker.storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
+
+ENTRY = struct.Struct(">hqqqq")
+
+
+def test_entries_are_kafkas_34_bytes_and_the_file_comes_with_the_first(tmp_path):
+    path = str(tmp_path / "00000000000000000000.txnindex")
+    index = TransactionIndex(path, 0)
+    assert index.entries == [] and not os.path.exists(path)
+    index.append(AbortedTxn(7, 3, 9, 10))
+    index.append(AbortedTxn(8, 5, 12, 13))
+    index.flush()
+    with open(path, "rb") as f:
+        data = f.read()
+    assert ENTRY_SIZE == 34
+    assert data == ENTRY.pack(0, 7, 3, 9, 10) + ENTRY.pack(0, 8, 5, 12, 13)
+    with pytest.raises(ValueError):
+        index.append(AbortedTxn(9, 1, 12, 13))  # markers come in offset order
+    index.close()
+    with open(path, "ab") as f:
+        f.write(b"\x00" * 10)  # a torn entry at the end is ignored
+    assert TransactionIndex(path, 0).entries == [AbortedTxn(7, 3, 9, 10), AbortedTxn(8, 5, 12, 13)]
+
+
+def test_collect_filters_as_kafka_and_stops_at_an_lso_past_the_bound(tmp_path):
+    index = TransactionIndex(str(tmp_path / "x.txnindex"), 0)
+    for txn in (AbortedTxn(1, 0, 4, 5), AbortedTxn(2, 6, 10, 11), AbortedTxn(3, 12, 20, 21)):
+        index.append(txn)
+    assert index.collect(5, 12) == ([AbortedTxn(2, 6, 10, 11)], True)  # 3's LSO 21 passes 12
+    assert index.collect(0, 6) == ([AbortedTxn(1, 0, 4, 5)], True)
+    found, complete = index.collect(0, 30)
+    assert (len(found), complete) == (3, False)  # later segments may hold more
+    assert index.collect(21, 30) == ([], False)
+
+
+def test_truncate_and_reset(tmp_path):
+    path = str(tmp_path / "x.txnindex")
+    index = TransactionIndex(path, 0)
+    for txn in (AbortedTxn(1, 0, 4, 5), AbortedTxn(2, 6, 10, 11)):
+        index.append(txn)
+    index.truncate_to(10)
+    assert index.entries == [AbortedTxn(1, 0, 4, 5)] and os.path.getsize(path) == ENTRY_SIZE
+    index.reset()
+    assert index.entries == [] and os.path.getsize(path) == 0
+    index.delete()
+    assert not os.path.exists(path)
+
+
+def _config():
+    return effective_topic_config(None)
+
+
+def _append(plog, data: bytes) -> None:
+    from minibroker.records.framing import scan_entries
+
+    entries = list(scan_entries(data))
+    plog.append(data, first_offset=entries[0].base_offset, last_offset=entries[-1].last_offset,
+                max_timestamp=entries[-1].max_timestamp, offset_of_max_timestamp=entries[-1].last_offset,
+                record_count=len(entries))
+
+
+def test_segment_files_carry_the_txn_index_through_truncation_roll_and_recovery(tmp_path):
+    plog = PartitionLog.create(str(tmp_path / "t-0"), "t", 0, b"\x01" * 16, _config())
+    now = 1_700_000_000_000
+    _append(plog, build_records(2, [(0, now, None, b"a")], producer_id=5, producer_epoch=0, base_sequence=0,
+                                is_transactional=True))
+    _append(plog, build_end_txn_marker(commit=False, producer_id=5, producer_epoch=0, coordinator_epoch=0,
+                                       timestamp=now, base_offset=1))
+    plog.add_aborted_txn(AbortedTxn(5, 0, 1, 2))
+    path = os.path.join(plog.directory, f"{0:020d}.txnindex")
+    assert os.path.getsize(path) == ENTRY_SIZE
+    plog.truncate_to(1)  # the marker goes, and its entry with it
+    assert os.path.getsize(path) == 0
+    assert plog.collect_aborted_transactions(0, 1) == []
+    _append(plog, build_end_txn_marker(commit=False, producer_id=5, producer_epoch=0, coordinator_epoch=0,
+                                       timestamp=now, base_offset=1))
+    plog.add_aborted_txn(AbortedTxn(5, 0, 1, 2))
+    plog.roll()
+    assert plog.collect_aborted_transactions(0, 2) == [AbortedTxn(5, 0, 1, 2)]
+    assert plog.collect_aborted_transactions(2, 2) == []
+    plog.close()
+
+    # an unclean open re-reads the last segments: their txn index is emptied and flagged for the replay
+    reopened = PartitionLog.open(plog.directory, "t", 0, b"\x01" * 16, _config(), recovery_point=0)
+    first = reopened.segments[0]
+    assert first.txn_index_needs_rebuild and first.txn_index.entries == []
+    reopened.close()
+    clean = PartitionLog.open(plog.directory, "t", 0, b"\x01" * 16, _config(), clean=True)
+    assert not clean.segments[0].txn_index_needs_rebuild
+    clean.delete_records_before(2)
+    assert not os.path.exists(path)
+    clean.close()
+
+
+def test_producer_state_opens_and_closes_transactions():
+    table = ProducerStateTable()
+    table.record(1, 0, 0, 1, 10, 11, 100, is_transactional=True)
+    table.record(1, 0, 2, 2, 14, 14, 101, is_transactional=True)  # the same transaction
+    table.record(2, 0, 0, 0, 12, 12, 102, is_transactional=True)
+    table.record(3, 0, 0, 0, 13, 13, 103)  # idempotent only
+    assert table.ongoing_transactions() == {1: 10, 2: 12}
+    assert table.first_unstable_offset() == 10
+    with pytest.raises(KafkaError) as e:
+        table.check(1, 0, 3, 3, is_transactional=False)
+    assert e.value.code == ErrorCode.INVALID_TXN_STATE
+    assert table.check(1, 0, 3, 3, is_transactional=True) is None
+    completed = table.complete_txn(1, 0, 4, 15, True, 104)
+    assert (completed.first_offset, completed.last_offset, completed.is_aborted) == (10, 15, True)
+    assert table.last_stable_offset_after(completed) == 12
+    assert table.first_unstable_offset() == 12
+    assert table.complete_txn(1, 0, 4, 16, True) is None  # nothing open: nothing closed
+    with pytest.raises(KafkaError) as e:
+        table.check_end_txn_marker(1, 0, 3)
+    assert e.value.code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    with pytest.raises(KafkaError) as e:
+        table.check_end_txn_marker(2, -1, 0)
+    assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    # a new epoch keeps the open transaction (the coordinator bumps epochs only between them)
+    table.record(2, 1, 0, 0, 17, 17, 105, is_transactional=True)
+    assert table.ongoing_transactions() == {2: 12}
+    completed = table.complete_txn(2, 1, 0, 18, False)
+    assert table.last_stable_offset_after(completed) == 19
+
+
+def test_snapshots_keep_open_transactions_coordinator_epochs_and_marker_only_producers(tmp_path):
+    table = ProducerStateTable()
+    table.record(1, 2, 0, 1, 10, 11, 100, is_transactional=True)
+    table.complete_txn(4, 3, 7, 12, True, 106)  # known from a marker only
+    table.record(5, 0, 0, 0, 13, 13, 107)
+    path = table.write_snapshot(str(tmp_path), 14)
+    loaded = ProducerStateTable.read_snapshot(path)
+    assert loaded.ongoing_transactions() == {1: 10}
+    assert sorted(loaded.active()) == sorted(table.active()) == [
+        (1, 2, 1, 11, 100, -1, 10), (4, 3, -1, -1, 106, 7, -1), (5, 0, 0, 13, 107, -1, -1)]
+    with open(path, "rb") as f:
+        data = f.read()
+    # Kafka's layout: version, crc, count, then per producer ... coordinator epoch, current txn first offset
+    assert struct.unpack_from(">hIi", data, 0)[::2] == (1, 3)
+    assert struct.unpack_from(">iq", data, 10 + 34) == (-1, 10)
+    assert loaded.check(4, 3, 0, 0) is None  # a marker-only producer starts at sequence 0
