@@ -473,7 +473,9 @@ _BROKER_KEYS = [
     _k("offset.metadata.max.bytes", _INT, 4096, "Largest metadata string stored with a committed offset.",
        importance="high"),
     # --- transactions and producer state
-    _k("transaction.state.log.num.partitions", _INT, 50, "Partitions of __transaction_state.",
+    _k("transaction.state.log.num.partitions", _INT, 50,
+       "Partitions of __transaction_state, created (compacted) on the first transactional FindCoordinator; "
+       "a transactional id lives in partition abs(hashCode(id)) % partitions.",
        importance="high", validator=AtLeast(1)),
     _k("transaction.state.log.replication.factor", _SHORT, 1,
        "Replication factor of __transaction_state. Kafka's code default is 3; Kafka's shipped "
@@ -485,6 +487,8 @@ _BROKER_KEYS = [
        importance="high", validator=AtLeast(1), no_effect=True, kafka_default="2"),
     _k("transaction.state.log.segment.bytes", _INT, 104857600, "Segment size of __transaction_state.",
        importance="high", validator=AtLeast(1)),
+    _k("transaction.state.log.load.buffer.size", _INT, 5242880,
+       "Read size when loading __transaction_state at start-up.", validator=AtLeast(1)),
     _k("share.coordinator.state.topic.replication.factor", _SHORT, 1,
        "Replication factor of __share_group_state. Kafka's code default is 3; Kafka's shipped KRaft "
        "server.properties and the apache/kafka image set 1 (one node).",
@@ -493,10 +497,18 @@ _BROKER_KEYS = [
        "min.insync.replicas of __share_group_state. Kafka's code default is 2; Kafka's shipped KRaft "
        "server.properties and the apache/kafka image set 1 (one node).",
        validator=AtLeast(1), no_effect=True, kafka_default="2"),
-    _k("transaction.max.timeout.ms", _INT, 900000, "Largest transaction timeout a producer may ask for.",
-       importance="high", validator=AtLeast(1)),
-    _k("transactional.id.expiration.ms", _INT, 604800000, "Idle time after which a transactional id expires.",
-       importance="high", validator=AtLeast(1)),
+    _k("transaction.max.timeout.ms", _INT, 900000,
+       "Largest transaction.timeout.ms a producer may ask for in InitProducerId (larger: "
+       "INVALID_TRANSACTION_TIMEOUT).", importance="high", validator=AtLeast(1)),
+    _k("transactional.id.expiration.ms", _INT, 604800000,
+       "Time without a transaction after which a transactional id is forgotten (a tombstone in "
+       "__transaction_state); its next producer starts afresh.", importance="high", validator=AtLeast(1)),
+    _k("transaction.abort.timed.out.transaction.cleanup.interval.ms", _INT, 10000,
+       "How often transactions open longer than their transaction.timeout.ms are aborted (the producer "
+       "is fenced by an epoch bump).", importance="low", validator=AtLeast(1)),
+    _k("transaction.remove.expired.transaction.cleanup.interval.ms", _INT, 3600000,
+       "How often transactional ids past transactional.id.expiration.ms are removed.", importance="low",
+       validator=AtLeast(1)),
     _k("producer.id.expiration.ms", _INT, 86400000, "Idle time after which producer state is dropped.",
        validator=AtLeast(1), dynamic=True),
     _k("transaction.partition.verification.enable", _BOOL, True, "Verify partitions joined a transaction.",

@@ -6,7 +6,8 @@ import os
 
 
 def start_services(broker) -> None:
-    """Create what the handlers ask besides the logs: replicas, producer ids, fetch sessions."""
+    """Create what the handlers ask besides the logs: replicas, producer ids, fetch sessions, the group
+    and transaction coordinators."""
     from minibroker.coordinator.producer_state import ProducerIdAllocator
     from minibroker.fetch_sessions import FetchSessionCache
     from minibroker.replica_manager import ReplicaManager
@@ -20,3 +21,8 @@ def start_services(broker) -> None:
     broker.groups = GroupCoordinator(broker)
     broker.groups.start()
     broker.on_close(broker.groups.close)
+    from minibroker.coordinator.transaction_coordinator import TransactionCoordinator
+
+    broker.transactions = TransactionCoordinator(broker)
+    broker.transactions.start()
+    broker.on_close(broker.transactions.close)

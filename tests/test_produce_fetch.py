@@ -561,8 +561,6 @@ def test_idempotent_duplicates_and_sequence_errors(minibroker, topic_name):
                 "producer_epoch": -1,
             },
         ).producer_id
-        # transactions are not served: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal in clients (not 15)
-        assert c.request(22, 4, {"transactional_id": "tx", "transaction_timeout_ms": 1000}).error_code == 53
 
     def batch(seq, n=2, epoch=0):
         return build_records(

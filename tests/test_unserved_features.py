@@ -1,10 +1,8 @@
 """Features minibroker does not serve fail at once, non-retriably, with the answer Kafka gives when the
-feature is off and a message naming it: transactions, share groups, group configs (issue 14, item 5)."""
+feature is off and a message naming it: share groups, group configs (issue 14, item 5). Transactions
+used to be here; they are served now (issue 17, tests/test_transactions.py)."""
 
 from __future__ import annotations
-
-import asyncio
-import time
 
 import pytest
 
@@ -12,61 +10,9 @@ from minibroker.tools.wire import WireClient
 
 FIND_COORDINATOR, INIT_PRODUCER_ID = 10, 22
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
-TRANSACTIONS = "Transactions are not supported by this broker"
-FAST = 5.0  # seconds: every client must have given up by then (they used to retry for 20-120 s)
-GIVE_UP = 10  # seconds each client is allowed to wait, so a regression fails without hanging the run
 
 # kafka-python leaks the socket of a closed producer, reported later by GC
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
-
-
-def test_kafka_python_transactional_producer_fails_fast(minibroker):
-    from kafka import KafkaProducer
-    from kafka.errors import TransactionalIdAuthorizationFailedError
-
-    producer = KafkaProducer(bootstrap_servers=minibroker.bootstrap_servers,
-                             transactional_id="tx-kafka-python", max_block_ms=GIVE_UP * 1000)
-    try:
-        started = time.monotonic()
-        with pytest.raises(TransactionalIdAuthorizationFailedError):  # fatal in kafka-python
-            producer.init_transactions()
-        assert time.monotonic() - started < FAST
-    finally:
-        producer.close(timeout=2)
-    assert "'tx-kafka-python': " + TRANSACTIONS in minibroker.log_text()
-
-
-def test_aiokafka_transactional_producer_fails_fast(minibroker):
-    from aiokafka import AIOKafkaProducer
-    from aiokafka.errors import TransactionalIdAuthorizationFailed
-
-    async def start() -> float:
-        producer = AIOKafkaProducer(bootstrap_servers=minibroker.bootstrap_servers,
-                                    transactional_id="tx-aiokafka")
-        started = time.monotonic()
-        try:
-            with pytest.raises(TransactionalIdAuthorizationFailed) as exc:
-                await asyncio.wait_for(producer.start(), GIVE_UP)
-            assert "tx-aiokafka" in str(exc.value)
-            return time.monotonic() - started
-        finally:
-            await producer.stop()
-
-    assert asyncio.run(start()) < FAST
-
-
-def test_confluent_transactional_producer_fails_fast_with_the_reason(minibroker):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-
-    producer = confluent_kafka.Producer({"bootstrap.servers": minibroker.bootstrap_servers,
-                                         "transactional.id": "tx-confluent"})
-    started = time.monotonic()
-    with pytest.raises(confluent_kafka.KafkaException) as exc:
-        producer.init_transactions(GIVE_UP)
-    assert time.monotonic() - started < FAST
-    error = exc.value.args[0]
-    assert error.fatal() and error.code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert TRANSACTIONS in error.str()
 
 
 def test_idempotent_producers_still_get_a_producer_id(minibroker, topic_name):
@@ -92,16 +38,15 @@ def _find(wire, version: int, key_type: int, key: str = "k"):
 @pytest.mark.parametrize("version", range(1, 7))
 def test_find_coordinator_for_unserved_key_types_on_the_wire(minibroker, version):
     with WireClient(minibroker.host, minibroker.port) as wire:
-        for error, message, node in _find(wire, version, 1):
-            assert (error, message, node) == (53, TRANSACTIONS, -1)  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         for error, message, node in _find(wire, version, 2):
             assert (error, message, node) == (42, "Share groups are not supported by this broker", -1)
         assert {e for e, _, _ in _find(wire, version, 3)} == {42}
         assert {(e, n) for e, _, n in _find(wire, version, 0)} == {(0, minibroker.broker.node_id)}
+        assert {(e, n) for e, _, n in _find(wire, version, 1)} == {(0, minibroker.broker.node_id)}  # served
 
 
 @pytest.mark.parametrize("version", range(6))
-def test_init_producer_id_refuses_transactional_ids_on_the_wire(minibroker, version):
+def test_init_producer_id_on_the_wire(minibroker, version):
     with WireClient(minibroker.host, minibroker.port) as wire:
         def init(transactional_id):
             body = {"transactional_id": transactional_id, "transaction_timeout_ms": 60000, "producer_id": -1,
@@ -109,9 +54,10 @@ def test_init_producer_id_refuses_transactional_ids_on_the_wire(minibroker, vers
             r = wire.request(INIT_PRODUCER_ID, version, body)
             return r.error_code, r.producer_id
 
-        assert init("tx") == (53, -1)
         assert init("") == (42, -1)  # INVALID_REQUEST, as Kafka's transaction coordinator answers
         error, producer_id = init(None)
+        assert error == 0 and producer_id >= 0
+        error, producer_id = init(f"tx-{version}")  # served: tests/test_transactions.py
         assert error == 0 and producer_id >= 0
 
 

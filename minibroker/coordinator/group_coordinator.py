@@ -11,6 +11,12 @@ the coordinator starts (until then group requests get COORDINATOR_LOAD_IN_PROGRE
 The rules and error codes per state follow Kafka's classic GroupCoordinator (KIP-345 static
 members, KIP-394 member id required, KIP-211 offsets retention of empty groups, KIP-814 skip
 assignment). This node is the coordinator of every group, so NOT_COORDINATOR is never returned.
+
+Transactional offsets (TxnOffsetCommit, KIP-98/KIP-447) are written at once, in a transactional
+batch of the producer, and kept pending per group and producer id until the transaction
+coordinator writes the transaction's marker into the group's ``__consumer_offsets`` partition:
+COMMIT makes them the group's committed offsets, ABORT drops them. Meanwhile OffsetFetch with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for those partitions.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from minibroker.coordinator.group_records import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
-from minibroker.coordinator.offsets_store import OffsetsTopic
+from minibroker.coordinator.offsets_store import OffsetsTopic, StoredRecord
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.uuids import uuid4_text
 
@@ -113,6 +119,8 @@ class GroupCoordinator:
         self.max_metadata_bytes = cfg["offset.metadata.max.bytes"]
         self.store = OffsetsTopic(broker)
         self.groups: dict[str, ClassicGroup] = {}
+        # group -> producer id -> offsets of its open transaction (TxnOffsetCommit), until the marker
+        self.pending_txn_offsets: dict[str, dict[int, dict[tuple[str, int], OffsetCommitValue]]] = {}
         self.loading = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._join_timers: dict[str, asyncio.TimerHandle] = {}
@@ -156,17 +164,33 @@ class GroupCoordinator:
     async def _load(self) -> None:
         metadata: dict[str, GroupMetadataValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
+        open_txns: dict[str, dict[int, dict[tuple[str, int], OffsetCommitValue]]] = {}
         count = 0
         try:
             for partition in range(self.store.num_partitions):
-                for key_bytes, value_bytes in self.store.read_partition(partition):
+                # producer id -> group -> offsets written in its transaction, awaiting its marker
+                pending: dict[int, dict[str, dict[tuple[str, int], OffsetCommitValue]]] = {}
+                for entry in self.store.read_partition(partition):
+                    record = StoredRecord(*entry)
                     count += 1
-                    self._apply_record(key_bytes, value_bytes, metadata, offsets)
+                    if record.commit is not None:
+                        for group_id, txn_offsets in pending.pop(record.producer_id, {}).items():
+                            if record.commit:
+                                offsets.setdefault(group_id, {}).update(txn_offsets)
+                    elif record.producer_id >= 0:
+                        self._apply_record(record.key, record.value, {},
+                                           pending.setdefault(record.producer_id, {}))
+                    else:
+                        self._apply_record(record.key, record.value, metadata, offsets)
                     if count % 1000 == 0:
                         await asyncio.sleep(0)
+                for producer_id, by_group in pending.items():  # transactions still open
+                    for group_id, txn_offsets in by_group.items():
+                        open_txns.setdefault(group_id, {})[producer_id] = txn_offsets
                 await asyncio.sleep(0)
             for group_id in set(metadata) | set(offsets):
                 self._load_group(group_id, metadata.get(group_id), offsets.get(group_id, {}))
+            self.pending_txn_offsets = open_txns
             log.info("loaded %d groups from %d records of __consumer_offsets", len(self.groups), count)
         except Exception:
             log.exception("loading __consumer_offsets failed")
@@ -759,6 +783,70 @@ class GroupCoordinator:
             return dict(sorted(stored.items()))
         return {tp: stored.get(tp) for tp in partitions}
 
+    # -- transactional offsets ------------------------------------------------------------------
+
+    def commit_transactional_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                     generation_id: int, member_id: str, group_instance_id: str | None,
+                                     offsets: dict[tuple[str, int], OffsetCommitValue]
+                                     ) -> dict[tuple[str, int], ErrorCode]:
+        """TxnOffsetCommit: write the offsets in the producer's transaction and keep them pending until its
+        marker. Per-partition errors; raises KafkaError for errors of the whole request. The member
+        checks are KIP-447's: a member id, when given, must be in the group; a generation, when given
+        (>= 0), must be the group's."""
+        self._check_group_id(group_id, allow_empty=True)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                raise KafkaError(E.ILLEGAL_GENERATION)
+            group = self._add_group(group_id)
+        if group.is_(GroupState.DEAD):
+            raise KafkaError(E.COORDINATOR_NOT_AVAILABLE)
+        if group.is_fenced(member_id, group_instance_id):
+            raise KafkaError(E.FENCED_INSTANCE_ID)
+        if member_id and not group.has(member_id):
+            raise KafkaError(E.UNKNOWN_MEMBER_ID)
+        if generation_id >= 0 and generation_id != group.generation_id:
+            raise KafkaError(E.ILLEGAL_GENERATION)
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        accepted = {}
+        for tp, value in offsets.items():
+            if value.metadata is not None and len(value.metadata.encode("utf-8")) > self.max_metadata_bytes:
+                errors[tp] = E.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = value
+        entries = [(encode_offset_commit_key(group_id, t, p), encode_offset_commit_value(v))
+                   for (t, p), v in accepted.items()]
+        try:
+            self.store.append(group_id, entries, producer_id=producer_id, producer_epoch=producer_epoch)
+        except KafkaError as e:
+            errors.update({tp: e.code for tp in accepted})
+            return errors
+        if accepted:
+            self.pending_txn_offsets.setdefault(group_id, {}).setdefault(producer_id, {}).update(accepted)
+        errors.update({tp: E.NONE for tp in accepted})
+        return errors
+
+    def complete_transactional_offsets(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """The transaction coordinator wrote ``producer_id``'s marker into ``__consumer_offsets``
+        partition ``offsets_partition``: its pending offsets there become committed, or are dropped."""
+        for group_id in [g for g, by_producer in self.pending_txn_offsets.items()
+                         if producer_id in by_producer and self.partition_for(g) == offsets_partition]:
+            by_producer = self.pending_txn_offsets[group_id]
+            txn_offsets = by_producer.pop(producer_id)
+            if not by_producer:
+                del self.pending_txn_offsets[group_id]
+            if not commit:
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.is_(GroupState.DEAD):
+                group = self._add_group(group_id)
+            group.offsets.update(txn_offsets)
+
+    def unstable_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of the group with transactional offsets awaiting their marker."""
+        by_producer = self.pending_txn_offsets.get(group_id, {})
+        return {tp for txn_offsets in by_producer.values() for tp in txn_offsets}
+
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                        ) -> dict[tuple[str, int], ErrorCode]:
         """OffsetDelete; raises KafkaError for group-level errors."""
@@ -891,6 +979,8 @@ class GroupCoordinator:
                 doomed = expired(lambda v: v.commit_timestamp)
             else:
                 doomed = []
+            unstable = self.unstable_partitions(group.group_id)
+            doomed = [tp for tp in doomed if tp not in unstable]  # Kafka keeps them until the marker
             entries = [(encode_offset_commit_key(group.group_id, t, p), None) for t, p in doomed]
             for tp in doomed:
                 group.offsets.pop(tp, None)

@@ -5,6 +5,11 @@ replica manager with ``from_client=False``, synchronously (no await between buil
 appending it), so a commit is in the log before its response is sent. Loading reads every
 partition from its log start to its end; later records win and a null value (tombstone) deletes,
 which is what log compaction would leave behind.
+
+Transactional offset commits (TxnOffsetCommit) are written as Kafka writes them: a transactional
+batch carrying the producer id and epoch, without sequence numbers; the transaction's COMMIT or
+ABORT marker (a control batch, written by the transaction coordinator) later decides whether they
+count. Reading yields those records with their producer id, and each marker, so a load can replay them.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from minibroker.coordinator.group_records import partition_for
 from minibroker.errors import ErrorCode, KafkaError
@@ -22,6 +28,22 @@ OFFSETS_TOPIC = "__consumer_offsets"
 READ_CHUNK = 1 << 20
 # Produce version handed to the validator for internal appends: any v2-capable version does.
 _INTERNAL_PRODUCE_VERSION = 9
+_PRODUCER_ERRORS = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED,
+                              ErrorCode.INVALID_TXN_STATE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                              ErrorCode.UNKNOWN_PRODUCER_ID})
+
+
+class StoredRecord(NamedTuple):
+    """One record of ``__consumer_offsets`` as a load replays it.
+
+    ``producer_id`` is -1 unless the record was written in a transaction (TxnOffsetCommit). A
+    transaction marker has no key or value, its producer id, and ``commit`` True (COMMIT) or False
+    (ABORT); ``commit`` is None for every other record."""
+
+    key: bytes | None
+    value: bytes | None
+    producer_id: int = -1
+    commit: bool | None = None
 
 
 class OffsetsTopic:
@@ -57,18 +79,24 @@ class OffsetsTopic:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def append(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> None:
-        """Append (key, value) records of one group as one batch; raises KafkaError when it cannot."""
+    def append(self, group_id: str, entries: list[tuple[bytes, bytes | None]], *, producer_id: int = -1,
+               producer_epoch: int = -1) -> None:
+        """Append (key, value) records of one group as one batch; raises KafkaError when it cannot.
+        With a ``producer_id`` the batch is transactional (that producer's, at ``producer_epoch``)."""
         if not entries:
             return
         from minibroker.records import v2
 
         ts = int(time.time() * 1000)
-        batch = v2.build_batch([(i, ts, key, value, ()) for i, (key, value) in enumerate(entries)])
         try:
             self.ensure_topic()
-            self.broker.replicas.append_records(OFFSETS_TOPIC, self.partition_for(group_id), batch,
-                                                _INTERNAL_PRODUCE_VERSION, from_client=False)
+            partition = self.partition_for(group_id)
+            sequence = -1 if producer_id < 0 else self._next_sequence(partition, producer_id, producer_epoch)
+            batch = v2.build_batch([(i, ts, key, value, ()) for i, (key, value) in enumerate(entries)],
+                                   producer_id=producer_id, producer_epoch=producer_epoch,
+                                   base_sequence=sequence, is_transactional=producer_id >= 0)
+            self.broker.replicas.append_records(OFFSETS_TOPIC, partition, batch, _INTERNAL_PRODUCE_VERSION,
+                                                from_client=False)
         except KafkaError as e:
             # Kafka maps log append failures of the coordinator to retriable group errors.
             log.warning("could not write group %s to %s: %s", group_id, OFFSETS_TOPIC, e)
@@ -77,10 +105,26 @@ class OffsetsTopic:
                 raise KafkaError(ErrorCode.INVALID_COMMIT_OFFSET_SIZE, str(e)) from e
             if e.code in (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER):
                 raise KafkaError(ErrorCode.NOT_COORDINATOR, str(e)) from e
+            if e.code in _PRODUCER_ERRORS:  # a transactional commit's producer: the client must see why
+                raise
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from e
 
-    def read_partition(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        """Every (key, value) of one partition from its log start to its current end, in order."""
+    def _next_sequence(self, partition: int, producer_id: int, producer_epoch: int) -> int:
+        """The sequence the partition's producer state expects next from this producer. Kafka writes
+        transactional offset commits without sequence numbers (its coordinator-origin appends skip the
+        sequence checks); the replica manager checks them on every append, so the batch carries the
+        sequence that passes."""
+        from minibroker.coordinator.producer_state import next_sequence
+
+        entry = self.broker.replicas.producer_state(OFFSETS_TOPIC, partition).producers.get(producer_id)
+        if entry is None or producer_epoch > entry.epoch:
+            return 0
+        return next_sequence(entry.last_seq)
+
+    def read_partition(self, partition: int) -> Iterator[StoredRecord]:
+        """Every record and transaction marker of one partition from its log start to its current end,
+        in order."""
+        from minibroker.records import ControlType, parse_control_record
         from minibroker.records.batches import batch_at
 
         plog = self.broker.logs.get_log(OFFSETS_TOPIC, partition)
@@ -89,8 +133,13 @@ class OffsetsTopic:
         start = plog.log_start_offset
         for data, entry in plog.iter_entries(start, READ_CHUNK):
             batch = batch_at(data, entry.position)
-            if batch.is_control:
-                continue
+            producer_id = batch.producer_id if batch.is_transactional else -1
             for record in batch.records():
-                if record.offset >= start and record.key is not None:
-                    yield record.key, record.value
+                if record.offset < start:
+                    continue
+                if batch.is_control:
+                    marker = parse_control_record(record)
+                    if marker is not None and producer_id >= 0:
+                        yield StoredRecord(None, None, producer_id, marker.control_type == ControlType.COMMIT)
+                elif record.key is not None:
+                    yield StoredRecord(record.key, record.value, producer_id)

@@ -33,6 +33,12 @@ HANDLER_MODULES = (
     "delete_groups",
     "list_groups",
     "describe_groups",
+    "add_partitions_to_txn",
+    "add_offsets_to_txn",
+    "end_txn",
+    "txn_offset_commit",
+    "describe_transactions",
+    "list_transactions",
 )
 
 

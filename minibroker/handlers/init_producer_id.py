@@ -1,25 +1,25 @@
 """InitProducerId: v0-v5.
 
 Behaviour: an idempotent producer (no transactional id) gets a new producer id, unique across
-restarts (reserved in blocks in ``producer-id-block``), at epoch 0. A transactional id gets
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) at once, as FindCoordinator does for the transaction
-coordinator: transactions are not served, and 53 is the answer Kafka gives a producer that may not
-use them, fatal in every client (this response has no error message; FindCoordinator's carries
-"Transactions are not supported by this broker"). An empty transactional id gets INVALID_REQUEST
-(42), as Kafka's transaction coordinator answers it.
-Gaps: no transactions.
+restarts (reserved in blocks in ``producer-id-block``), at epoch 0. A transactional id goes to the
+transaction coordinator: a new id gets a producer id at epoch 0, a known one the next epoch (which
+fences older instances); an ongoing transaction of the id is aborted first and the answer is
+CONCURRENT_TRANSACTIONS 51 (the client retries); a transaction completing also answers 51; an
+exhausted epoch brings a new producer id. Errors: INVALID_REQUEST 42 (empty transactional id, or only
+one of producer id / epoch), INVALID_TRANSACTION_TIMEOUT 50 (outside (0,
+``transaction.max.timeout.ms``]), COORDINATOR_LOAD_IN_PROGRESS 14 while ``__transaction_state`` loads.
+Version notes: v3 adds producer id and epoch (KIP-360: a producer resuming after an error keeps its
+id when it is still the current one, else PRODUCER_FENCED); v4 adds PRODUCER_FENCED 90, which
+v0-v3 get as INVALID_PRODUCER_EPOCH 47; v5 only adds TRANSACTION_ABORTABLE, never sent here.
+Gaps: none known.
 """
 
 from __future__ import annotations
 
-import logging
-
+from minibroker.coordinator.transaction_coordinator import fenced_error_for
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.handlers.find_coordinator import TRANSACTIONS_NOT_SUPPORTED
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
-
-log = logging.getLogger(__name__)
 
 
 def _refused(code: ErrorCode) -> Struct:
@@ -28,14 +28,16 @@ def _refused(code: ErrorCode) -> Struct:
 
 @handles(22, (0, 5))
 def handle_init_producer_id(broker, header, request):
-    if request.transactional_id == "":
-        return _refused(ErrorCode.INVALID_REQUEST)
-    if request.transactional_id is not None:
-        log.warning("client %s asked for a producer id for transactional id %r: %s", header.client_id,
-                    request.transactional_id, TRANSACTIONS_NOT_SUPPORTED)
-        return _refused(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    version = header.api_version
     try:
-        producer_id = broker.producer_ids.allocate()
+        if request.transactional_id is None:
+            producer_id, epoch = broker.producer_ids.allocate(), 0
+        else:
+            if broker.transactions is None:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            given = (request.producer_id, request.producer_epoch) if version >= 3 else (-1, -1)
+            producer_id, epoch = broker.transactions.init_producer_id(
+                request.transactional_id, request.transaction_timeout_ms, *given)
     except KafkaError as e:
-        return _refused(e.code)
-    return Struct(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
+        return _refused(fenced_error_for(e.code, version, 4))
+    return Struct(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=epoch)

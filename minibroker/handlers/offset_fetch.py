@@ -12,17 +12,22 @@ Gaps: none known.
 
 from __future__ import annotations
 
-from minibroker.errors import KafkaError
+from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 
 
-def _topics(result: dict, requested) -> list[Struct]:
+def _topics(result: dict, requested, unstable=frozenset()) -> list[Struct]:
     by_topic: dict[str, list[Struct]] = {}
     if requested is not None:
         for t in requested:
             by_topic.setdefault(t.name, [])
     for (topic, partition), value in result.items():
+        if (topic, partition) in unstable:
+            by_topic.setdefault(topic, []).append(Struct(
+                partition_index=partition, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                error_code=int(ErrorCode.UNSTABLE_OFFSET_COMMIT)))
+            continue
         by_topic.setdefault(topic, []).append(Struct(
             partition_index=partition,
             committed_offset=value.offset if value is not None else -1,
@@ -32,26 +37,33 @@ def _topics(result: dict, requested) -> list[Struct]:
     return [Struct(name=name, partitions=parts) for name, parts in by_topic.items()]
 
 
-def _fetch(broker, group_id: str, topics):
+def _fetch(broker, group_id: str, topics, require_stable: bool):
+    """(committed offsets, partitions answered UNSTABLE_OFFSET_COMMIT)."""
     partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    return broker.groups.fetch_offsets(group_id, partitions)
+    result = broker.groups.fetch_offsets(group_id, partitions)
+    unstable = broker.groups.unstable_partitions(group_id) if require_stable else frozenset()
+    if unstable and partitions is None:
+        result.update({tp: None for tp in unstable if tp not in result})
+    return result, unstable
 
 
 @handles(9, (0, 9))
 def handle_offset_fetch(broker, header, request):
     version = header.api_version
+    require_stable = version >= 7 and request.require_stable
     if version >= 8:
         groups = []
         for g in request.groups:
             try:
-                groups.append(Struct(group_id=g.group_id, topics=_topics(_fetch(broker, g.group_id, g.topics),
-                                                                         g.topics), error_code=0))
+                result, unstable = _fetch(broker, g.group_id, g.topics, require_stable)
+                groups.append(Struct(group_id=g.group_id, topics=_topics(result, g.topics, unstable),
+                                     error_code=0))
             except KafkaError as e:
                 groups.append(Struct(group_id=g.group_id, topics=[], error_code=int(e.code)))
         return Struct(throttle_time_ms=0, groups=groups)
     topics = request.topics if version >= 2 else (request.topics or [])
     try:
-        result = _fetch(broker, request.group_id, topics)
+        result, unstable = _fetch(broker, request.group_id, topics, require_stable)
     except KafkaError as e:
         if version >= 2:
             return Struct(throttle_time_ms=0, topics=[], error_code=int(e.code))
@@ -59,4 +71,4 @@ def handle_offset_fetch(broker, header, request):
             Struct(name=t.name, partitions=[Struct(partition_index=p, committed_offset=-1, metadata="",
                                                    error_code=int(e.code)) for p in t.partition_indexes])
             for t in topics])
-    return Struct(throttle_time_ms=0, topics=_topics(result, topics), error_code=0)
+    return Struct(throttle_time_ms=0, topics=_topics(result, topics, unstable), error_code=0)

@@ -20,7 +20,10 @@ reused as soon as the request is handled): it copies those partitions' records a
 coroutine that waits for the worker and appends them, while the others are appended at once.
 The connection answers its requests in order, so that request's answer, and the requests behind
 it on that connection, wait; other connections are served meanwhile.
-Gaps: transactional produce (transactions are not served, so no client gets that far).
+Transactional batches are appended like idempotent ones; the producer state notes where each
+producer's open transaction starts (the last stable offset waits for its marker).
+Gaps: no KIP-890 verification that a transactional batch's partition was added to its transaction
+(``transaction.partition.verification.enable``): Kafka before 3.6 did none either.
 """
 
 from __future__ import annotations
@@ -72,9 +75,6 @@ def handle_produce(broker, header, request):
         partitions = []
         for pdata in topic.partition_data:
             try:
-                if request.transactional_id is not None:
-                    raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                     "transactions are not supported by this broker")
                 key = (topic.name, pdata.index)
                 if deferred and pdata.records and key in {(d[2], d[3]) for d in deferred}:
                     # the same partition again: after the deferred one (null records are refused now,

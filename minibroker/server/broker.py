@@ -3,7 +3,8 @@
 Owner of: the socket server (listeners, connection quotas, idle expiry), the set of live
 connections and the background tasks.
 Everything runs on one event loop; state has one owner each (logs: LogManager, groups:
-the group coordinator, producers: each partition's producer state).
+the group coordinator, transactional ids: the transaction coordinator, producers: each partition's
+producer state).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Broker:
         self.connections: set[KafkaConnection] = set()
         self.logs = None  # LogManager, set in start()
         self.groups = None  # group coordinator
+        self.transactions = None  # transaction coordinator
         self.replicas = None  # ReplicaManager: appends, reads, producer state
         self.producer_ids = None
         self.fetch_sessions = None

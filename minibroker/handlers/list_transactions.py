@@ -1,0 +1,32 @@
+"""ListTransactions: v0-v1.
+
+Behaviour: every transactional id this node coordinates (all of them) with its producer id and
+state, filtered by state names (Kafka's: Empty, Ongoing, PrepareCommit, ...; names it does not know
+come back in ``unknown_state_filters`` and match nothing) and by producer ids; empty filters match
+all. COORDINATOR_LOAD_IN_PROGRESS 14 while ``__transaction_state`` loads.
+Version notes: v1 adds ``duration_filter`` (KIP-994): when >= 0, only transactions started longer
+ago than that many ms (as in Kafka, an id without a transaction has start time -1 and passes).
+Gaps: v2's transactional id pattern (KIP-1152) is not in this schema; no authorization.
+"""
+
+from __future__ import annotations
+
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+
+
+@handles(66, (0, 1))
+def handle_list_transactions(broker, header, request):
+    duration = request.duration_filter if header.api_version >= 1 else -1
+    try:
+        if broker.transactions is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        unknown, listed = broker.transactions.list_transactions(request.state_filters or (),
+                                                               request.producer_id_filters or (), duration)
+    except KafkaError as e:
+        return Struct(throttle_time_ms=0, error_code=int(e.code), unknown_state_filters=[],
+                      transaction_states=[])
+    return Struct(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown, transaction_states=[
+        Struct(transactional_id=t.transactional_id, producer_id=t.producer_id, transaction_state=t.state)
+        for t in listed])
