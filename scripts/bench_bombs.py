@@ -8,7 +8,7 @@ own codec: gzip, snappy, lz4, zstd; each waits for the answer to its bomb before
 ``--inflight`` for more). Its p50/p99/max with bombs are set against its own figures without, in
 the same run; the broker's RSS (and its peak, VmHWM) and CPU are read from /proc.
 
-Bomb shapes (``--shapes``), each against a fresh broker:
+Bomb shapes (``--shapes``; built by ``minibroker.fuzzing.bombs``), each against a fresh broker:
 
 - ``one-record``: 200 MiB of zeros as one record (snappy, which cannot expand more than ~22 times:
   20 MiB, ~1 MB compressed, what max.message.bytes lets through); a few KB compressed otherwise;
@@ -39,15 +39,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-import crc32c  # noqa: E402
-
+from minibroker.fuzzing.bombs import CODECS, build_bomb  # noqa: E402
 from minibroker.protocol import codec  # noqa: E402
-from minibroker.records import Compression, build_records, v2  # noqa: E402
-from minibroker.records.codecs import StreamCompressor  # noqa: E402
-from minibroker.records.varint import encode_varint  # noqa: E402
+from minibroker.records import build_records  # noqa: E402
 
-MiB = 1 << 20
-CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 CODES = {
     0: "ok",
     2: "CORRUPT_MESSAGE",
@@ -55,76 +50,6 @@ CODES = {
     18: "RECORD_LIST_TOO_LARGE",
     87: "INVALID_RECORD",
 }
-
-
-# ------------------------------------------------------------------------------------------------ bombs
-
-
-def batch_around(payload: bytes, count: int, codec: Compression) -> bytes:
-    now = int(time.time() * 1000)
-    buf = bytearray(v2.HEADER_SIZE + len(payload))
-    v2.HEADER.pack_into(
-        buf, 0, 0, len(buf) - 12, -1, 2, 0, int(codec), count - 1, now, now, -1, -1, -1, count
-    )
-    buf[v2.HEADER_SIZE :] = payload
-    struct.pack_into(">I", buf, v2.CRC_OFFSET, crc32c.crc32c(bytes(buf[v2.ATTRIBUTES_OFFSET :])))
-    return bytes(buf)
-
-
-def zero_records(codec: Compression, sizes) -> bytes:
-    """Records of ``size`` zero bytes each, compressed as a stream (never held whole here either)."""
-    out = StreamCompressor(codec)
-    parts = []
-    zeros = bytes(MiB)
-    for i, size in enumerate(sizes):
-        body = b"\x00" + encode_varint(0) + encode_varint(i) + b"\x01" + encode_varint(size)
-        parts.append(out.compress(encode_varint(len(body) + size + 1) + body))
-        for start in range(0, size, MiB):
-            parts.append(out.compress(zeros[: min(MiB, size - start)]))
-        parts.append(out.compress(b"\x00"))
-    parts.append(out.flush())
-    return batch_around(b"".join(parts), len(sizes), codec)
-
-
-def empty_records(codec: Compression, most_bytes: int) -> bytes:
-    """Records with null key and value (7-9 bytes each: the most records bytes can hold), offsets
-    0..n-1, as many as fit in ``most_bytes`` compressed: a batch whose walk is the work."""
-    out = StreamCompressor(codec)
-    parts, size, n, step = [], 0, 0, 4096
-    while size < most_bytes:
-        chunk = []
-        for i in range(n, n + step):
-            body = b"\x00\x00" + encode_varint(i) + b"\x01\x01\x00"
-            chunk.append(encode_varint(len(body)) + body)
-        n += step
-        piece = out.compress(b"".join(chunk))
-        parts.append(piece)
-        size += len(piece)
-    parts.append(out.flush())
-    return batch_around(b"".join(parts), n, codec)
-
-
-def same_records(codec: Compression, n: int) -> bytes:
-    """``n`` identical 7-byte records, every offsetDelta 0: a few KB compressed, and since the offsets
-    are not 0..n-1 Kafka's rules rebuild the batch, record by record."""
-    out = StreamCompressor(codec)
-    block = b"\x0c\x00\x00\x00\x01\x01\x00" * (1 << 16)
-    parts = [out.compress(block) for _ in range(n >> 16)]
-    parts.append(out.flush())
-    return batch_around(b"".join(parts), (n >> 16) << 16, codec)
-
-
-def build_bomb(shape: str, codec: Compression) -> bytes:
-    total = 20 * MiB if codec == Compression.SNAPPY else 200 * MiB
-    if shape == "one-record":
-        return zero_records(codec, [total])
-    if shape == "many-records":
-        return zero_records(codec, [MiB - 64] * (total // MiB))
-    if shape == "walk":
-        return empty_records(codec, 900_000)
-    if shape == "rebuild":
-        return same_records(codec, 4 << 20)
-    raise ValueError(shape)
 
 
 def produce_frame(topic: str, partition: int, records: bytes, correlation: int = 1) -> bytes:

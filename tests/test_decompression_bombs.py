@@ -24,16 +24,13 @@ import pytest
 from test_hostile_produce import end_offsets, produce  # one raw Produce / ListOffsets helper
 
 from minibroker import replica_manager
+from minibroker.fuzzing.bombs import CODECS, MiB, zero_records  # values of zeros, compressed as a stream
 from minibroker.handlers import produce as produce_handler
 from minibroker.protocol import codec
 from minibroker.records import Compression, build_records, v2
-from minibroker.records.codecs import StreamCompressor
-from minibroker.records.varint import encode_varint
 from minibroker.tools.wire import WireClient
 
 NOW_ISH = int(time.time() * 1000)
-MiB = 1 << 20
-CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 
 
 def produce_body(topic: str, parts: dict[int, bytes], acks: int = -1) -> dict:
@@ -45,45 +42,6 @@ def produce_body(topic: str, parts: dict[int, bytes], acks: int = -1) -> dict:
             {"name": topic, "partition_data": [{"index": p, "records": r} for p, r in parts.items()]}
         ],
     }
-
-
-def zero_records(codec: Compression, sizes) -> bytes:
-    """A v2 batch of records whose values are ``size`` zero bytes each, compressed as a stream: the
-    shape of scripts/bench_bombs.py's bombs (and of tests/records/test_streaming.py's)."""
-    import crc32c
-
-    out = StreamCompressor(codec)
-    parts = []
-    zeros = bytes(MiB)
-    for i, size in enumerate(sizes):
-        body = b"\x00" + encode_varint(0) + encode_varint(i) + b"\x01" + encode_varint(size)
-        parts.append(out.compress(encode_varint(len(body) + size + 1) + body))
-        for start in range(0, size, MiB):
-            parts.append(out.compress(zeros[: min(MiB, size - start)]))
-        parts.append(out.compress(b"\x00"))
-    parts.append(out.flush())
-    payload = b"".join(parts)
-    buf = bytearray(v2.HEADER_SIZE + len(payload))
-    v2.HEADER.pack_into(
-        buf,
-        0,
-        0,
-        len(buf) - 12,
-        -1,
-        2,
-        0,
-        int(codec),
-        len(sizes) - 1,
-        NOW_ISH,
-        NOW_ISH,
-        -1,
-        -1,
-        -1,
-        len(sizes),
-    )
-    buf[v2.HEADER_SIZE :] = payload
-    struct.pack_into(">I", buf, v2.CRC_OFFSET, crc32c.crc32c(bytes(buf[v2.ATTRIBUTES_OFFSET :])))
-    return bytes(buf)
 
 
 def small(tag: bytes, codec=Compression.NONE) -> bytes:

@@ -473,3 +473,61 @@ def _lz4_set_header_checksum(frame: bytearray, *, broken: bool) -> bytearray:
     covered = frame[0:hc_pos] if broken else frame[4:hc_pos]
     frame[hc_pos] = (xxh32(covered) >> 8) & 0xFF
     return frame
+
+
+class SpillingPayload:
+    """What a builder compresses (a v2 batch's records in ``v2.BatchBuilder``, a v0/v1 wrapper's inner
+    messages in ``legacy.MessageSetBuilder``), gathered piece by piece in bounded memory: with a codec, past
+    ``spill`` bytes the pieces go to one ``StreamCompressor`` as they come; less than that is
+    compressed in one call by ``take`` (as the builders always did, so it comes out the same).
+    ``raw_size`` counts the bytes gathered and not yet compressed (all of them without a codec),
+    ``out_size`` the compressed bytes so far."""
+
+    __slots__ = (
+        "codec",
+        "magic",
+        "snappy_framing",
+        "spill",
+        "raw_size",
+        "out_size",
+        "_raw",
+        "_out",
+        "_stream",
+    )
+
+    def __init__(self, codec: Compression, *, magic: int, snappy_framing: str, spill: int):
+        self.codec, self.magic, self.snappy_framing, self.spill = codec, magic, snappy_framing, spill
+        self.raw_size = 0
+        self.out_size = 0
+        self._raw: list[bytes] = []
+        self._out: list[bytes] = []
+        self._stream: StreamCompressor | None = None
+
+    def add(self, piece: bytes) -> None:
+        self._raw.append(piece)
+        self.raw_size += len(piece)
+        if self.raw_size >= self.spill and self.codec != Compression.NONE:
+            self._drain()
+
+    def _drain(self) -> None:
+        if self._stream is None:
+            self._stream = StreamCompressor(self.codec, magic=self.magic, snappy_framing=self.snappy_framing)
+        out = self._stream.compress(b"".join(self._raw))
+        self._raw.clear()
+        self.raw_size = 0
+        if out:
+            self._out.append(out)
+            self.out_size += len(out)
+
+    def take(self) -> bytes:
+        """Everything added, compressed with the codec (as it is without one); the pieces are let go."""
+        if self._stream is None:
+            payload = b"".join(self._raw)
+            if self.codec != Compression.NONE:
+                payload = compress(self.codec, payload, magic=self.magic, snappy_framing=self.snappy_framing)
+        else:
+            self._drain()
+            self._out.append(self._stream.flush())
+            payload = b"".join(self._out)
+        self._raw, self._out = [], []
+        return payload

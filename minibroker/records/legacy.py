@@ -23,7 +23,12 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from minibroker.records.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
+from minibroker.records.codecs import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    Compression,
+    SpillingPayload,
+    decompress,
+)
 from minibroker.records.record import NO_TIMESTAMP, Record, TimestampType
 
 LOG_OVERHEAD = 12
@@ -287,18 +292,12 @@ class MessageSetBuilder:
             TIMESTAMP_TYPE_MASK if magic == 1 and timestamp_type == TimestampType.LOG_APPEND_TIME else 0
         )
         self.log_append_time = log_append_time
-        self.snappy_framing = snappy_framing
-        self.spill = spill
         self.count = 0
         self.first_offset: int | None = None
         self.last_offset: int | None = None
         self._max_ts: int | None = None
-        self._parts: list[bytes] = []
-        self._raw_size = 0
         self._largest = 0
-        self._out: list[bytes] = []
-        self._out_size = 0
-        self._stream = None
+        self._messages = SpillingPayload(self.codec, magic=magic, snappy_framing=snappy_framing, spill=spill)
 
     def append(self, offset: int, timestamp: int, key, value, headers=()) -> None:
         """``headers`` are ignored: magic 0/1 cannot hold them."""
@@ -318,43 +317,21 @@ class MessageSetBuilder:
         else:
             inner_offset = (offset - self.first_offset) if self.magic == 1 else offset
             message = encode_message(self.magic, inner_offset, timestamp, key, value, self.ts_attr)
-        self._parts.append(message)
-        self._raw_size += len(message)
-        if self._raw_size >= self.spill and self.codec != Compression.NONE:
-            self._drain()
-
-    def _drain(self) -> None:
-        if self._stream is None:
-            from minibroker.records.codecs import StreamCompressor
-
-            self._stream = StreamCompressor(self.codec, magic=self.magic, snappy_framing=self.snappy_framing)
-        out = self._stream.compress(b"".join(self._parts))
-        self._parts.clear()
-        self._raw_size = 0
-        if out:
-            self._out.append(out)
-            self._out_size += len(out)
+        self._messages.add(message)
 
     @property
     def size(self) -> int:
         if self.codec == Compression.NONE:
             return self._largest
         overhead = LOG_OVERHEAD + (RECORD_OVERHEAD_V1 if self.magic == 1 else RECORD_OVERHEAD_V0)
-        return overhead + self._out_size
+        return overhead + self._messages.out_size
 
     def build(self) -> bytes:
         if not self.count:
             return b""
+        payload = self._messages.take()
         if self.codec == Compression.NONE:
-            return b"".join(self._parts)
-        if self._stream is None:
-            payload = compress(
-                self.codec, b"".join(self._parts), magic=self.magic, snappy_framing=self.snappy_framing
-            )
-        else:
-            self._drain()
-            self._out.append(self._stream.flush())
-            payload = b"".join(self._out)
+            return payload  # the messages themselves: no wrapper
         wrapper_ts = NO_TIMESTAMP
         if self.magic == 1:
             wrapper_ts = self.log_append_time if self.ts_attr else self._max_ts

@@ -31,7 +31,12 @@ from collections.abc import Iterable, Iterator
 
 import crc32c
 
-from minibroker.records.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, compress, decompress
+from minibroker.records.codecs import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    Compression,
+    SpillingPayload,
+    decompress,
+)
 from minibroker.records.record import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -904,7 +909,8 @@ class BatchBuilder:
     ``size`` says how large the batch is so far (a lower bound until it is built, when compressed),
     so a caller can give up on a batch that will be too large before it is.
 
-    Keywords as ``build_batch``; ``append`` takes absolute offsets.
+    Keywords (by name only) described at ``build_batch``, which passes them here; ``append`` takes
+    absolute offsets.
     """
 
     def __init__(
@@ -932,17 +938,11 @@ class BatchBuilder:
         self.is_transactional, self.is_control = is_transactional, is_control
         self.partition_leader_epoch = partition_leader_epoch
         self.delete_horizon_ms = delete_horizon_ms
-        self.snappy_framing = snappy_framing
-        self.spill = spill
         self.count = 0
         self.base_timestamp: int | None = None
         self.max_timestamp = NO_TIMESTAMP
         self.last_offset = base_offset
-        self._raw: list[bytes] = []
-        self._raw_size = 0
-        self._out: list[bytes] = []
-        self._out_size = 0
-        self._stream = None
+        self._records = SpillingPayload(self.codec, magic=2, snappy_framing=snappy_framing, spill=spill)
 
     def append(self, offset: int, timestamp: int, key, value, headers=()) -> None:
         if self.base_timestamp is None:
@@ -953,43 +953,20 @@ class BatchBuilder:
         self.last_offset = offset
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
-        self._raw.append(record)
-        self._raw_size += len(record)
-        if self._raw_size >= self.spill and self.codec != Compression.NONE:
-            self._drain()
-
-    def _drain(self) -> None:
-        if self._stream is None:
-            from minibroker.records.codecs import StreamCompressor
-
-            self._stream = StreamCompressor(self.codec, magic=2, snappy_framing=self.snappy_framing)
-        out = self._stream.compress(b"".join(self._raw))
-        self._raw.clear()
-        self._raw_size = 0
-        if out:
-            self._out.append(out)
-            self._out_size += len(out)
+        self._records.add(record)
 
     @property
     def size(self) -> int:
         """The batch's size so far: exact uncompressed, a lower bound compressed."""
-        return HEADER_SIZE + (self._raw_size if self.codec == Compression.NONE else self._out_size)
+        records = self._records
+        return HEADER_SIZE + (records.raw_size if self.codec == Compression.NONE else records.out_size)
 
     def build(self) -> bytes:
         if not self.count:
             raise ValueError("a v2 batch holds at least one record")
-        codec = self.codec
-        if self._stream is None:
-            payload = b"".join(self._raw)
-            if codec != Compression.NONE:
-                payload = compress(codec, payload, magic=2, snappy_framing=self.snappy_framing)
-        else:
-            self._drain()
-            self._out.append(self._stream.flush())
-            payload = b"".join(self._out)
-        self._raw, self._out = [], []
+        payload = self._records.take()
         max_ts = self.max_timestamp
-        attrs = int(codec)
+        attrs = int(self.codec)
         if self.timestamp_type == TimestampType.LOG_APPEND_TIME:
             attrs |= TIMESTAMP_TYPE_MASK
             max_ts = self.log_append_time
@@ -1022,43 +999,24 @@ class BatchBuilder:
         return bytes(buf)
 
 
-def build_batch(
-    records: Iterable,
-    *,
-    base_offset: int = 0,
-    compression: int = Compression.NONE,
-    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-    log_append_time: int = NO_TIMESTAMP,
-    producer_id: int = NO_PRODUCER_ID,
-    producer_epoch: int = NO_PRODUCER_EPOCH,
-    base_sequence: int = NO_SEQUENCE,
-    is_transactional: bool = False,
-    is_control: bool = False,
-    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-    delete_horizon_ms: int | None = None,
-    snappy_framing: str = "xerial",
-) -> bytes:
-    """Encode one v2 batch (``BatchBuilder`` over ``records``).
+def build_batch(records: Iterable, **options) -> bytes:
+    """Encode one v2 batch: ``BatchBuilder(**options)`` over ``records``.
 
     ``records`` yields ``(offset, timestamp, key, value, headers)`` tuples or ``Record`` objects;
-    offsets are absolute and become deltas from ``base_offset``. With ``LOG_APPEND_TIME`` the
-    header's maxTimestamp is ``log_append_time`` (records keep their own deltas, as Kafka's
-    builder does).
+    offsets are absolute and become deltas from ``base_offset``. The options, by name only, are
+    ``BatchBuilder``'s:
+
+    - ``base_offset`` (0); ``partition_leader_epoch`` (``NO_PARTITION_LEADER_EPOCH``);
+    - ``compression`` (``Compression.NONE``), ``snappy_framing`` (``"xerial"``), ``spill``
+      (``BUILD_SPILL``: record bytes past which they are compressed as they come);
+    - ``timestamp_type`` (``CREATE_TIME``), ``log_append_time`` (``NO_TIMESTAMP``): with
+      ``LOG_APPEND_TIME`` the header's maxTimestamp is ``log_append_time`` (records keep their own
+      deltas, as Kafka's builder does);
+    - ``producer_id``, ``producer_epoch``, ``base_sequence`` (none), ``is_transactional``,
+      ``is_control`` (False);
+    - ``delete_horizon_ms`` (None; set: the base timestamp, and the attribute bit).
     """
-    builder = BatchBuilder(
-        base_offset=base_offset,
-        compression=compression,
-        timestamp_type=timestamp_type,
-        log_append_time=log_append_time,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        is_transactional=is_transactional,
-        is_control=is_control,
-        partition_leader_epoch=partition_leader_epoch,
-        delete_horizon_ms=delete_horizon_ms,
-        snappy_framing=snappy_framing,
-    )
+    builder = BatchBuilder(**options)
     for r in records:
         if isinstance(r, Record):
             builder.append(r.offset, r.timestamp, r.key, r.value, r.headers)

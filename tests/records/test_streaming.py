@@ -18,12 +18,12 @@ import struct
 import threading
 import tracemalloc
 
-import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.fuzzing.bombs import CODECS, MiB, build_bomb
 from minibroker.records import (
     AppendConfig,
     AppendPath,
@@ -39,11 +39,8 @@ from minibroker.records import (
     validate_and_assign,
 )
 from minibroker.records.codecs import StreamCompressor, decompress, iter_decompress
-from minibroker.records.varint import encode_varint
 
 NOW = 1_700_000_000_000
-CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
-MiB = 1 << 20
 
 
 DEFAULT = AppendConfig()
@@ -60,35 +57,6 @@ def code_of(fn) -> ErrorCode:
         fn()
     assert "unexpected" not in e.value.details, e.value.details
     return e.value.code
-
-
-def batch_around(payload: bytes, count: int, codec: Compression, *, base_offset: int = 0) -> bytes:
-    """A v2 batch around an already compressed records section, CRC correct."""
-    buf = bytearray(v2.HEADER_SIZE + len(payload))
-    v2.HEADER.pack_into(
-        buf, 0, base_offset, len(buf) - 12, -1, 2, 0, int(codec), count - 1, NOW, NOW, -1, -1, -1, count
-    )
-    buf[v2.HEADER_SIZE :] = payload
-    struct.pack_into(">I", buf, v2.CRC_OFFSET, crc32c.crc32c(bytes(buf[v2.ATTRIBUTES_OFFSET :])))
-    return bytes(buf)
-
-
-def zero_records(codec: Compression, sizes, *, base_offset: int = 0) -> bytes:
-    """A batch of records whose values are ``size`` zero bytes each, compressed as a stream (the
-    bench's bombs: scripts/bench_bombs.py builds them the same way)."""
-    out = StreamCompressor(codec)
-    parts = []
-    zeros = bytes(MiB)
-    for i, size in enumerate(sizes):
-        body = b"\x00" + encode_varint(0) + encode_varint(i) + b"\x01" + encode_varint(size)
-        parts.append(out.compress(encode_varint(len(body) + size + 1) + body))
-        left = size
-        while left:
-            parts.append(out.compress(zeros[: min(left, MiB)]))
-            left -= min(left, MiB)
-        parts.append(out.compress(b"\x00"))
-    parts.append(out.flush())
-    return batch_around(b"".join(parts), len(sizes), codec, base_offset=base_offset)
 
 
 # ---------------------------------------------------------------------------------------------- codecs
@@ -263,11 +231,8 @@ def traced_peak(fn):
 def bombs():
     """200 MiB of zeros per codec, as one record and as 200 records of 1 MiB (snappy expands at most
     ~22 times: its bombs are as large as max.message.bytes lets them be, ~1 MB for 20 MiB)."""
-    out = {}
-    for codec in CODECS:
-        total = 20 * MiB if codec == Compression.SNAPPY else 200 * MiB
-        out[codec] = (zero_records(codec, [total]), zero_records(codec, [MiB - 64] * (total // MiB)))
-    return out
+    shapes = ("one-record", "many-records")  # scripts/bench_bombs.py's first two
+    return {codec: tuple(build_bomb(s, codec, timestamp=NOW) for s in shapes) for codec in CODECS}
 
 
 @pytest.mark.parametrize("codec", CODECS)
