@@ -212,14 +212,14 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
 
 def add_console_tools(sub) -> None:
     """``topics``, ``produce``, ``consume``, ``groups``: each module adds its own parser and ``run``."""
-    from minibroker.tools import consume, explain, groups, produce, topics
+    from minibroker.tools import consume, explain, groups, produce, topics, transactions
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap-server",
                         default=os.environ.get("MINIBROKER_BOOTSTRAP_SERVER", "127.0.0.1:9092"),
                         metavar="HOST:PORT", help="broker to talk to (env MINIBROKER_BOOTSTRAP_SERVER)")
     common.add_argument("--timeout", type=float, default=10.0, help="request timeout in seconds")
-    for tool in (topics, produce, consume, groups):
+    for tool in (topics, produce, consume, groups, transactions):
         tool.add_parser(sub, common)
     explain.add_parser(sub)  # reads a partition's files, never a broker: no --bootstrap-server
 

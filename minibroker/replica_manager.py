@@ -277,9 +277,10 @@ class ReplicaManager:
                 if completed is not None and completed.is_aborted and rebuild:
                     _reindex_aborted(rebuild, table, completed)
                 replayed += 1
-            elif base_seq >= 0:
+            else:  # sequence -1 too (an internal append may write one), as Kafka replays any producer's batch
                 delta = entry.last_offset - entry.base_offset
-                table.record(pid, epoch, base_seq, base_seq + delta, entry.base_offset, entry.last_offset,
+                last_seq = base_seq + delta if base_seq >= 0 else -1
+                table.record(pid, epoch, base_seq, last_seq, entry.base_offset, entry.last_offset,
                              entry.max_timestamp, is_transactional=bool(attributes & _TRANSACTIONAL))
                 replayed += 1
         for segment in rebuild:
@@ -383,7 +384,8 @@ class ReplicaManager:
             if unexpected is not None:
                 report_unexpected(topic, partition, unexpected, e.code.name)
             raise
-        return self._append_validated(topic, partition, plog, result, produce_version, sent)
+        return self._append_validated(topic, partition, plog, result, produce_version, sent,
+                                      from_client=from_client)
 
     async def append_records_in_worker(
         self,
@@ -436,7 +438,7 @@ class ReplicaManager:
             self._cancels.discard(cancel)
         plog = self.get_log(topic, partition)  # deleted meanwhile: UNKNOWN_TOPIC_OR_PARTITION
         return self._append_validated(topic, partition, plog, rebase(result, plog.log_end_offset),
-                                      produce_version, sent)
+                                      produce_version, sent, from_client=from_client)
 
     def _workers(self):
         if self._executor is None:
@@ -462,11 +464,15 @@ class ReplicaManager:
             self._executor = None
 
     def _append_validated(
-        self, topic: str, partition: int, plog, result, produce_version: int, sent=None
+        self, topic: str, partition: int, plog, result, produce_version: int, sent=None, *,
+        from_client: bool = True,
     ) -> AppendOutcome:
         """Check idempotence and append a validated ``result`` whose offsets start at the log end.
         ``sent``: (the first bytes of the records as the producer sent them, their whole length), for
-        the byte trace at DEBUG (``_sent_bytes``)."""
+        the byte trace at DEBUG (``_sent_bytes``). An append not ``from_client`` (Kafka's
+        ``AppendOrigin.COORDINATOR``) has its producer epoch and transaction state checked, not its
+        sequence numbers, and is never a duplicate; its batches are recorded in the producer state all
+        the same."""
         if not result.record_count and not result.data:  # a partial message only (v0-v2): as Kafka, no append
             return AppendOutcome(-1, -1, plog.log_start_offset, path=str(result.path))
         table = None
@@ -477,7 +483,7 @@ class ReplicaManager:
                 table = self.producer_state(topic, partition)
             duplicate = table.check(
                 batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence,
-                batch.is_transactional,
+                batch.is_transactional, check_sequence=from_client,
             )
             if duplicate is not None:
                 if len(result.batches) == 1:

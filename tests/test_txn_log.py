@@ -235,6 +235,42 @@ def test_non_transactional_batch_inside_a_transaction_is_invalid_txn_state(broke
     assert a.send(b"a3", transactional=False) == (0, 3)
 
 
+def test_internal_appends_skip_the_sequence_checks_but_not_the_epoch(broker):
+    """Kafka's ProducerAppendInfo checks sequences for AppendOrigin.CLIENT only; a coordinator append
+    (a TxnOffsetCommit batch) has its epoch and transaction state checked and is recorded all the same."""
+    a = Producer(broker, epoch=2)
+    assert a.send(b"a1") == (0, 0)  # sequence 0
+
+    def batch(seq, epoch=2, transactional=True):
+        return build_records(2, [(0, TS, None, b"x"), (1, TS, None, b"y")], producer_id=a.pid,
+                             producer_epoch=epoch, base_sequence=seq, is_transactional=transactional)
+
+    def internal(records):
+        return on_loop(broker, broker.broker.replicas.append_records, TOPIC, 0, bytearray(records), 9,
+                       from_client=False).base_offset
+
+    assert produce(broker, batch(5)) == (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+    assert internal(batch(5)) == 1  # the same batch, out of order: appended
+    assert internal(batch(5)) == 3  # again: not a duplicate either
+    assert internal(batch(-1)) == 5  # no sequence at all, as Kafka's coordinators may write
+    table = on_loop(broker, broker.broker.replicas.producer_state, TOPIC, 0)
+    assert table.producers[a.pid].batches[-1][2:4] == (5, 6)  # recorded: first and last offset
+    assert table.ongoing_transactions() == {a.pid: 0}
+    assert produce(broker, batch(0)) == (0, 7)  # a client goes on from the recorded sequence (-1)
+    with pytest.raises(KafkaError) as e:  # the epoch is still checked
+        internal(batch(9, epoch=1))
+    assert e.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    with pytest.raises(KafkaError) as e:  # and the transaction state
+        internal(batch(9, transactional=False))
+    assert e.value.code == ErrorCode.INVALID_TXN_STATE
+    marker(broker, a.pid, commit=True, epoch=2)
+    assert internal(batch(7, epoch=3)) == 10  # a new epoch needs no sequence 0 either
+    assert produce(broker, batch(7, epoch=4)) == (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+    assert produce(broker, batch(0, epoch=4)) == (0, 12)
+    assert [b[:2] for b in batches(fetch(broker, 0, committed=False).records)] == [
+        (0, 0), (1, 2), (3, 4), (5, 6), (7, 8), (9, 9), (10, 11), (12, 13)]
+
+
 def test_a_read_committed_long_poll_wakes_when_a_marker_moves_the_lso(broker):
     a = Producer(broker)
     a.send(b"a1")

@@ -7,9 +7,12 @@ partition from its log start to its end; later records win and a null value (tom
 which is what log compaction would leave behind.
 
 Transactional offset commits (TxnOffsetCommit) are written as Kafka writes them: a transactional
-batch carrying the producer id and epoch, without sequence numbers; the transaction's COMMIT or
-ABORT marker (a control batch, written by the transaction coordinator) later decides whether they
-count. Reading yields those records with their producer id, and each marker, so a load can replay them.
+batch carrying the producer id and epoch and base sequence 0 (Kafka 3.9's ``GroupMetadataManager`` and
+``CoordinatorRuntime`` both build it so), whatever the producer sent before: an append that is not
+from a client has its epoch checked, not its sequence (Kafka's ``AppendOrigin.COORDINATOR``). The
+transaction's COMMIT or ABORT marker (a control batch, written by the transaction coordinator) later
+decides whether they count. Reading yields those records with their producer id, and each marker, so
+a load can replay them.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ class OffsetsTopic:
         try:
             self.ensure_topic()
             partition = self.partition_for(group_id)
-            sequence = -1 if producer_id < 0 else self._next_sequence(partition, producer_id, producer_epoch)
+            sequence = -1 if producer_id < 0 else 0  # Kafka's baseSequence for a TxnOffsetCommit batch
             batch = v2.build_batch([(i, ts, key, value, ()) for i, (key, value) in enumerate(entries)],
                                    producer_id=producer_id, producer_epoch=producer_epoch,
                                    base_sequence=sequence, is_transactional=producer_id >= 0)
@@ -108,18 +111,6 @@ class OffsetsTopic:
             if e.code in _PRODUCER_ERRORS:  # a transactional commit's producer: the client must see why
                 raise
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)) from e
-
-    def _next_sequence(self, partition: int, producer_id: int, producer_epoch: int) -> int:
-        """The sequence the partition's producer state expects next from this producer. Kafka writes
-        transactional offset commits without sequence numbers (its coordinator-origin appends skip the
-        sequence checks); the replica manager checks them on every append, so the batch carries the
-        sequence that passes."""
-        from minibroker.coordinator.producer_state import next_sequence
-
-        entry = self.broker.replicas.producer_state(OFFSETS_TOPIC, partition).producers.get(producer_id)
-        if entry is None or producer_epoch > entry.epoch:
-            return 0
-        return next_sequence(entry.last_seq)
 
     def read_partition(self, partition: int) -> Iterator[StoredRecord]:
         """Every record and transaction marker of one partition from its log start to its current end,

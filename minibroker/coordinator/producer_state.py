@@ -105,7 +105,8 @@ class ProducerStateTable:
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
 
     def check(
-        self, producer_id: int, epoch: int, first_seq: int, last_seq: int, is_transactional: bool = False
+        self, producer_id: int, epoch: int, first_seq: int, last_seq: int, is_transactional: bool = False,
+        *, check_sequence: bool = True,
     ) -> BatchMeta | None:
         """Validate one batch before it is appended.
 
@@ -113,10 +114,24 @@ class ProducerStateTable:
         with its original offset), or None when the batch is new and may be appended.
         Raises KafkaError for fenced, out-of-order or unknown producers, and INVALID_TXN_STATE for
         a non-transactional batch from a producer whose transaction is open.
+
+        ``check_sequence=False``: an append of the broker's own (Kafka's ``AppendOrigin.COORDINATOR``,
+        a transactional offset commit): only the epoch and the transaction state are checked, as
+        Kafka's ``ProducerAppendInfo`` checks sequences (and ``UnifiedLog`` looks for duplicates)
+        for client appends only. Never a duplicate then.
         """
         if producer_id == NO_PRODUCER_ID:
             return None
         entry = self.producers.get(producer_id)
+        if not check_sequence:
+            if entry is not None:
+                if epoch < entry.epoch:
+                    raise KafkaError(
+                        ErrorCode.INVALID_PRODUCER_EPOCH,
+                        f"Epoch {epoch} of producer {producer_id} is older than {entry.epoch}",
+                    )
+                self._check_txn_state(entry, is_transactional)
+            return None
         if entry is None:
             if first_seq != 0:
                 raise KafkaError(
@@ -145,13 +160,17 @@ class ProducerStateTable:
                     f"Out of order sequence number for producer {producer_id}: {first_seq} "
                     f"(incoming seq. number), {entry.last_seq} (current end sequence number)",
                 )
+        self._check_txn_state(entry, is_transactional)
+        return None
+
+    @staticmethod
+    def _check_txn_state(entry: ProducerEntry, is_transactional: bool) -> None:
         if entry.current_txn_first_offset is not None and not is_transactional:
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
-                f"Expected transactional write from producer {producer_id}: its transaction is open "
+                f"Expected transactional write from producer {entry.producer_id}: its transaction is open "
                 f"since offset {entry.current_txn_first_offset}",
             )
-        return None
 
     def record(
         self,

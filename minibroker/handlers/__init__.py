@@ -36,6 +36,7 @@ HANDLER_MODULES = (
     "add_partitions_to_txn",
     "add_offsets_to_txn",
     "end_txn",
+    "write_txn_markers",
     "txn_offset_commit",
     "describe_transactions",
     "list_transactions",

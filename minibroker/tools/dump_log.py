@@ -1,6 +1,6 @@
 """``minibroker dump-log``: Apache Kafka's ``kafka-dump-log.sh`` (``kafka.tools.DumpLogSegments``, 3.9).
 
-Same options, same output, line for line, for ``.log``, ``.index`` and ``.timeindex`` files:
+Same options, same output, line for line, for ``.log``, ``.index``, ``.timeindex`` and ``.txnindex`` files:
 
 - ``.log``: ``Log starting offset: N``, then one line per batch (``baseOffset: ... isvalid: ...`` for v2,
   ``offset: <last offset> position: ...`` for a v0/v1 message or wrapper); with ``--deep-iteration`` one
@@ -11,6 +11,10 @@ Same options, same output, line for line, for ``.log``, ``.index`` and ``.timein
   index: the batch at the position ends at the indexed offset; time index: the indexed offset is a
   batch's last offset and the timestamp that batch's largest); ``--verify-index-only`` checks without
   printing entries, ``--index-sanity-check`` runs only the check a broker runs on startup.
+- ``.txnindex``: one line per aborted transaction (``version: 0 producerId: ... firstOffset: ... lastOffset:
+  ... lastStableOffset: ...``, Kafka's ``dumpTxnIndex``), read with ``minibroker.storage.txn_index``; the
+  index options do not apply to it, as in Kafka. Control records of a ``.log`` print their
+  ``endTxnMarker: COMMIT|ABORT coordinatorEpoch: N`` with ``--deep-iteration``.
 
 What Kafka prints on stderr goes to stderr, after every file: index mismatches, time index errors,
 non-consecutive offsets. Where Kafka's tool dies with a stack trace (a corrupt entry, an index entry
@@ -631,7 +635,7 @@ def dump_offset_index(path: str, data: bytes, out: _Out, opts: _Options, report:
             out.obj({"offset": offset, "position": position})
     if mismatches:
         report.index_mismatches.setdefault(os.path.abspath(path), []).extend(mismatches)
-    _stray_bytes(path, data, _OFFSET_ENTRY, out)
+    _stray_bytes(path, data, _OFFSET_ENTRY.size, out)
     return log is not None or not opts.verify_only
 
 
@@ -692,7 +696,7 @@ def dump_time_index(path: str, data: bytes, out: _Out, opts: _Options, report: _
             out.line(f"timestamp: {timestamp} offset: {offset}")
             out.obj({"timestamp": timestamp, "offset": offset})
         prev_ts = timestamp
-    _stray_bytes(path, data, _TIME_ENTRY, out)
+    _stray_bytes(path, data, _TIME_ENTRY.size, out)
     return log is not None or not opts.verify_only
 
 
@@ -707,11 +711,38 @@ def _report_sanity(path: str, data: bytes, base: int, time_index: bool, out: _Ou
     return False
 
 
-def _stray_bytes(path: str, data: bytes, entry: struct.Struct, out: _Out) -> None:
-    stray = len(data) % entry.size
+def _stray_bytes(path: str, data: bytes, entry_size: int, out: _Out) -> None:
+    stray = len(data) % entry_size
     if stray:  # Kafka ignores a partial entry; its sanity check fails on one
         out.err(f"Found {stray} invalid bytes at the end of {os.path.basename(path)} (a partial index entry)")
         out.obj({"file": path, "error": "partial index entry", "invalidBytes": stray})
+
+
+# -- .txnindex ----------------------------------------------------------------------------------
+
+
+def dump_txn_index(path: str, data: bytes, out: _Out) -> bool:
+    """Kafka's ``dumpTxnIndex``: every entry, whole entries only, with no check against the log; False when
+    an entry has a version this reader does not know (Kafka's iterator throws then, before any line)."""
+    from minibroker.storage.txn_index import ENTRY_SIZE, VERSION, TransactionIndex
+
+    try:
+        entries = TransactionIndex(path, base_offset_of(path), in_memory=True).entries
+    except ValueError as exc:
+        out.err(f"Could not read {path}: {exc}")
+        out.obj({"file": path, "error": str(exc)})
+        return False
+    except OSError as exc:  # gone since it was read
+        out.err(f"Could not read {path}: {exc.strerror or exc}")
+        out.obj({"file": path, "error": exc.strerror or str(exc)})
+        return False
+    for txn in entries:
+        out.line(f"version: {VERSION} producerId: {txn.producer_id} firstOffset: {txn.first_offset} "
+                 f"lastOffset: {txn.last_offset} lastStableOffset: {txn.last_stable_offset}")
+        out.obj({"version": VERSION, "producerId": txn.producer_id, "firstOffset": txn.first_offset,
+                 "lastOffset": txn.last_offset, "lastStableOffset": txn.last_stable_offset})
+    _stray_bytes(path, data, ENTRY_SIZE, out)
+    return True
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -730,9 +761,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minibroker dump-log",
         usage="%(prog)s [options] --files FILE1,FILE2,... | FILE...",
-        description="Parse Kafka log segments (.log) and their indexes (.index, .timeindex) and print what "
-        "they hold, to see how records are stored or to debug a segment that looks corrupt. The options are "
-        "kafka-dump-log.sh's; they may come before or after the files.",
+        description="Parse Kafka log segments (.log) and their indexes (.index, .timeindex, .txnindex) and "
+        "print what they hold, to see how records are stored or to debug a segment that looks corrupt. The "
+        "options are kafka-dump-log.sh's; they may come before or after the files.",
         epilog="Exit status: 0; 1 when a file cannot be read or fails --index-sanity-check; 2 on a usage "
         "error.",
         formatter_class=_HelpFormatter,
@@ -809,7 +840,7 @@ def _dump_file(path: str, out: _Out, opts: _Options, report: _Report) -> bool:
     out.line(f"Dumping {path}")
     name = os.path.basename(path)
     suffix = name[name.rfind("."):] if "." in name else ""
-    known = suffix in (".log", ".index", ".timeindex")
+    known = suffix in (".log", ".index", ".timeindex", ".txnindex")
     try:
         if known:
             data = _read(path, opts.max_bytes if suffix == ".log" else None)
@@ -831,6 +862,8 @@ def _dump_file(path: str, out: _Out, opts: _Options, report: _Report) -> bool:
         return dump_offset_index(path, data, out, opts, report)
     if suffix == ".timeindex":
         return dump_time_index(path, data, out, opts, report)
+    if suffix == ".txnindex":
+        return dump_txn_index(path, data, out)
     out.err(f"Ignoring unknown file {path}")
     out.obj({"file": path, "error": "unknown file type"})
     return True

@@ -473,6 +473,103 @@ def test_unreadable_and_unknown_files(tmp_path):
                    f"Could not read {tmp_path}: Is a directory", f"Ignoring unknown file {other}"]
 
 
+# -- .txnindex and transaction markers --------------------------------------------------------------
+
+TXN_ENTRY = struct.Struct(">hqqqq")
+
+
+def test_txn_index_lines_match_kafka(tmp_path):
+    entries = [(0, 7, 100, 103, 104), (0, 2**40, 105, 110, 106)]
+    path = write(tmp_path, b"".join(TXN_ENTRY.pack(*e) for e in entries), ".txnindex")
+    rc, lines, err = run_err(path, "--index-sanity-check", "--verify-index-only")  # no effect, as in Kafka
+    assert rc == 0 and err == []
+    assert lines == [
+        f"Dumping {path}",
+        "version: 0 producerId: 7 firstOffset: 100 lastOffset: 103 lastStableOffset: 104",
+        f"version: 0 producerId: {2**40} firstOffset: 105 lastOffset: 110 lastStableOffset: 106",
+    ]
+    _, lines = run(path, "--json")
+    assert [json.loads(line) for line in lines] == [
+        {"file": path},
+        {"version": 0, "producerId": 7, "firstOffset": 100, "lastOffset": 103, "lastStableOffset": 104},
+        {"version": 0, "producerId": 2**40, "firstOffset": 105, "lastOffset": 110, "lastStableOffset": 106},
+    ]
+
+
+def test_damaged_and_empty_txn_indexes(tmp_path):
+    whole = TXN_ENTRY.pack(0, 7, 100, 103, 104)
+    path = write(tmp_path, whole + whole[:10], ".txnindex")  # a torn write: Kafka reads whole entries only
+    rc, lines, err = run_err(path)
+    assert rc == 0 and lines[1:] == ["version: 0 producerId: 7 firstOffset: 100 lastOffset: 103 "
+                                     "lastStableOffset: 104"]
+    assert err == [f"Found 10 invalid bytes at the end of {NAME}.txnindex (a partial index entry)"]
+    empty = write(tmp_path, b"", ".txnindex", name="00000000000000000200")
+    assert run_err(empty) == (0, [f"Dumping {empty}"], [])  # Kafka prints nothing for it either
+    bad = write(tmp_path, TXN_ENTRY.pack(1, 7, 100, 103, 104), ".txnindex", name="00000000000000000300")
+    rc, lines, err = run_err(bad, path)  # Kafka's iterator throws on a newer version: reported, next file
+    assert rc == 1 and lines[0] == f"Dumping {bad}" and lines[1] == f"Dumping {path}" and len(lines) == 3
+    assert err[0].startswith(f"Could not read {bad}: ") and "version 1" in err[0]
+
+
+def test_real_segment_with_a_committed_and_an_aborted_transaction(minibroker_factory):
+    """A broker's own files: kafka-python commits one transaction and aborts the next; the markers print as
+    Kafka's tool prints them and the .txnindex holds the abort."""
+    import os
+
+    from kafka import KafkaProducer
+
+    runner = minibroker_factory({"transaction.state.log.num.partitions": "1"}, mode="thread")
+    runner.create_topic("txn")
+    producer = KafkaProducer(bootstrap_servers=runner.bootstrap_servers, transactional_id="dump-log-txn")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("txn", key=b"k", value=b"committed", partition=0).get(timeout=20)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send("txn", key=b"k", value=b"aborted", partition=0).get(timeout=20)  # written, then aborted
+        producer.abort_transaction()
+    finally:
+        producer.close()
+    runner.stop()
+    directory = os.path.join(runner.data_dir, "txn-0")
+    log, txnindex = (os.path.join(directory, f"{0:020d}{suffix}") for suffix in (".log", ".txnindex"))
+
+    rc, lines, err = run_err(log, "--deep-iteration")
+    assert rc == 0 and err == []
+    batch_lines = lines[2::2]
+    record_lines = lines[3::2]
+    assert len(batch_lines) == len(record_lines) == 4
+    pids = {int(line.split("producerId: ")[1].split()[0]) for line in batch_lines}
+    assert len(pids) == 1 and min(pids) >= 0
+    (pid,) = pids
+    flags = [(line.split("isTransactional: ")[1].split()[0], line.split("isControl: ")[1].split()[0])
+             for line in batch_lines]
+    assert flags == [("true", "false"), ("true", "true")] * 2
+    assert [line.split("baseOffset: ")[1].split()[0] for line in batch_lines] == ["0", "1", "2", "3"]
+    assert record_lines[0].startswith("| offset: 0 CreateTime: ")
+    assert record_lines[0].endswith(" keySize: 1 valueSize: 9 sequence: 0 headerKeys: []")
+    assert record_lines[2].startswith("| offset: 2 CreateTime: ")
+    assert record_lines[2].endswith(" keySize: 1 valueSize: 7 sequence: 1 headerKeys: []")
+    # Kafka: " endTxnMarker: <type> coordinatorEpoch: <n>" right after the header keys of the record
+    assert record_lines[1].startswith("| offset: 1 CreateTime: ")
+    assert record_lines[1].endswith(" keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+                                    "endTxnMarker: COMMIT coordinatorEpoch: 0")
+    assert record_lines[3].startswith("| offset: 3 CreateTime: ")
+    assert record_lines[3].endswith(" keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+                                    "endTxnMarker: ABORT coordinatorEpoch: 0")
+    _, data_lines = run(log, "--print-data-log")
+    assert data_lines[3].endswith("headerKeys: [] key: k payload: committed")
+    assert data_lines[5].endswith("endTxnMarker: COMMIT coordinatorEpoch: 0")  # no key/payload for markers
+    assert data_lines[7].endswith("headerKeys: [] key: k payload: aborted")
+
+    rc, lines, err = run_err(txnindex)
+    assert rc == 0 and err == []
+    # the aborted transaction: from its record (2) to its marker (3); nothing else open: the LSO after it is 4
+    assert lines == [f"Dumping {txnindex}",
+                     f"version: 0 producerId: {pid} firstOffset: 2 lastOffset: 3 lastStableOffset: 4"]
+
+
 def test_runs_as_module(tmp_path):
     import subprocess
     import sys
