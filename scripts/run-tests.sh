@@ -52,9 +52,9 @@ fi
 extras="test,spark"
 if [ "$spark" = 0 ]; then extras="test"; fi
 python3 -m pip install -q --disable-pip-version-check -e ".[$extras]"
-# What the tests keep for a person to look at (the explain page's screenshot): test-artifacts/.
+# What the tests keep for a person to look at (the explain page's screenshot): test-artifacts/
+# (the tests create it).
 export MINIBROKER_ARTIFACTS_DIR="${MINIBROKER_ARTIFACTS_DIR:-$PWD/test-artifacts}"
-mkdir -p "$MINIBROKER_ARTIFACTS_DIR"
 # The client suite runs first so that pytest's summary is the run's closing line.
 suites=0
 if [ "${MINIBROKER_CLIENT_SUITES:-1}" != 0 ]; then
