@@ -420,7 +420,8 @@ def test_append_trace_from_a_real_broker_debug_log(log_format, tab, tmp_path):
         with TopicAdmin(f"127.0.0.1:{port}") as admin:
             assert admin.create("traced", 1, 1, {"index.interval.bytes": "100"})[0] == 0
         produce_batches(f"127.0.0.1:{port}", "traced", 3)
-        _wait_for(log_path, r"traced-0: offsets 3\.\.5 path=", proc)
+        # the append that ends at offset 5 (kafka-python may split a round into two batches under load)
+        _wait_for(log_path, r"traced-0: offsets \d+\.\.5 path=", proc)
     finally:
         proc.terminate()
         proc.wait(20)
