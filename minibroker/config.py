@@ -398,8 +398,16 @@ _BROKER_KEYS = [
     _k("log.cleanup.policy", _LIST, ["delete"], "delete and/or compact old segments.",
        validator=_CLEANUP_POLICIES, dynamic=True),
     _k("log.cleaner.enable", _BOOL, True, "Run the log cleaner for compacted topics.", dynamic=False),
-    _k("log.cleaner.threads", _INT, 1, "Log cleaner threads.", validator=AtLeast(0), dynamic=True,
-       no_effect=True),
+    _k("log.cleaner.threads", _INT, 1, "Log cleaner threads; minibroker runs one pass at a time (the dedupe "
+       "buffer is still split between them, as Kafka does).", validator=AtLeast(0), dynamic=True),
+    _k("log.cleaner.backoff.ms", _LONG, 15000, "Sleep of the log cleaner when no log is due.",
+       validator=AtLeast(0), dynamic=True),
+    _k("log.cleaner.dedupe.buffer.size", _LONG, 134217728, "Memory of the cleaner's offset map (24 bytes "
+       "a key): a dirty section with more keys than fit is cleaned in several passes.", dynamic=True),
+    _k("log.cleaner.io.buffer.load.factor", _DOUBLE, 0.9, "Fill ratio of the cleaner's offset map.",
+       dynamic=True),
+    _k("log.cleaner.io.max.bytes.per.second", _DOUBLE, 1.7976931348623157e308,
+       "Bytes per second the cleaner reads and writes at most.", dynamic=True),
     _k("log.cleaner.delete.retention.ms", _LONG, 86400000, "How long tombstones survive compaction.",
        validator=AtLeast(0), dynamic=True),
     _k("log.cleaner.min.compaction.lag.ms", _LONG, 0, "Minimum age before a record may be compacted.",

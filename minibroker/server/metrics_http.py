@@ -2,7 +2,8 @@
 
 Started by ``Broker.start()`` when ``metrics.port`` is set (0 picks a free port; the bound port
 is ``MetricsHttpServer.port`` and is logged). It binds the host of the first listener, answers
-``GET /metrics`` (and ``HEAD``) with ``render_prometheus(broker)``, ``GET /`` with a pointer,
+``GET /metrics`` (and ``HEAD``) with ``render_prometheus(broker)`` followed by the log cleaner's
+series (``render_cleaner(broker)``), ``GET /`` with a pointer,
 404 for other paths and 405 for other methods; one request per connection
 (``Connection: close``), a 5 s deadline to send the request head, heads above 16 KiB refused.
 Not a general web server: no keep-alive, no chunked bodies, no TLS.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from minibroker.server.metrics import CONTENT_TYPE, render_prometheus
+from minibroker.server.metrics import CONTENT_TYPE, _Series, render_prometheus
 
 log = logging.getLogger("minibroker.metrics")
 
@@ -86,10 +87,40 @@ class MetricsHttpServer:
         if method not in ("GET", "HEAD"):
             return "405 Method Not Allowed", b"GET only\n", "text/plain"
         if target == "/metrics":
-            return "200 OK", render_prometheus(self.broker).encode(), CONTENT_TYPE
+            text = render_prometheus(self.broker) + render_cleaner(self.broker)
+            return "200 OK", text.encode(), CONTENT_TYPE
         if target == "/":
             return "200 OK", b"minibroker: metrics at /metrics\n", "text/plain"
         return "404 Not Found", b"not found\n", "text/plain"
+
+
+def render_cleaner(broker) -> str:
+    """The log cleaner's series (storage/cleaner.py, ``LogCleaner.stats``): passes, bytes, records
+    removed, and the dirty ratio of each log it may compact. Empty before the logs are loaded."""
+    cleaner = getattr(broker.logs, "cleaner", None) if broker.logs is not None else None
+    if cleaner is None:
+        return ""
+    stats = cleaner.stats
+    out: list[str] = []
+    _Series(out, "minibroker_log_cleaner_runs_total", "counter",
+            "Cleaning passes started (one pass cleans one log).").sample(stats.runs)
+    _Series(out, "minibroker_log_cleaner_bytes_read_total", "counter",
+            "Log bytes the cleaner read (building offset maps and rewriting segments).").sample(
+                stats.bytes_read)
+    _Series(out, "minibroker_log_cleaner_bytes_written_total", "counter",
+            "Bytes of cleaned segments the cleaner wrote.").sample(stats.bytes_written)
+    _Series(out, "minibroker_log_cleaner_records_removed_total", "counter",
+            "Records the cleaner removed (older values, expired tombstones, aborted data).").sample(
+                stats.records_removed)
+    _Series(out, "minibroker_log_cleaner_abandoned_passes_total", "counter",
+            "Passes abandoned because the log changed under them (retention, deletion).").sample(
+                stats.aborted_swaps)
+    ratio = _Series(out, "minibroker_log_cleaner_dirty_ratio", "gauge",
+                    "Bytes not yet cleaned over the cleanable bytes of a compacted log (the active segment "
+                    "excluded); cleaned when it reaches min.cleanable.dirty.ratio.")
+    for (topic, partition), value in sorted(cleaner.dirty_ratios().items()):
+        ratio.sample(float(value), topic=topic, partition=partition)
+    return "\n".join(out) + "\n"
 
 
 async def start_metrics_http(broker, host: str, sock) -> MetricsHttpServer:

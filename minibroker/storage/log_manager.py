@@ -9,7 +9,8 @@ See docs/storage.md.
 Owner: the event loop thread. ``start_retention`` runs one background task that flushes per
 ``flush.ms``, fsyncs sealed segments in a worker thread, applies retention every
 ``log.retention.check.interval.ms`` and writes checkpoints every
-``log.flush.offset.checkpoint.interval.ms``.
+``log.flush.offset.checkpoint.interval.ms``; it also starts the ``LogCleaner`` (storage/cleaner.py) of
+compacted logs, which keeps ``cleaner-offset-checkpoint`` at each log dir root.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
         self._task: asyncio.Task | None = None
+        self.cleaner = None  # LogCleaner, made by load(), run by start_retention()
         self._loaded = False
         self._locks: list[LogDirLock] = []
         self.had_clean_shutdown = False
@@ -197,6 +199,9 @@ class LogManager:
                 except OSError as exc:
                     self.dir_failed(d, exc, "removing the clean-shutdown marker")
         self._loaded = True
+        from minibroker.storage.cleaner import LogCleaner  # imports partition_log, as this module does
+
+        self.cleaner = LogCleaner(self, self.config, clock=self._clock)
         log.info(
             "loaded %d partitions of %d topics from %s in %.3f s (%s shutdown)",
             len(self._logs),
@@ -558,6 +563,8 @@ class LogManager:
         if self._task is None or self._task.done():
             loop = loop or asyncio.get_running_loop()
             self._task = loop.create_task(self._upkeep(), name="log-manager-upkeep")
+            if self.cleaner is not None:
+                self.cleaner.start(loop)  # log.cleaner.enable=false: not started
         return self._task
 
     async def _upkeep(self) -> None:
@@ -591,6 +598,8 @@ class LogManager:
                 await task
             except asyncio.CancelledError:
                 pass
+        if self.cleaner is not None:
+            await self.cleaner.aclose()
         self.close()
 
     def close(self) -> None:
@@ -598,6 +607,8 @@ class LogManager:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        if self.cleaner is not None:
+            self.cleaner.stop()
         if not self._loaded:
             self.unlock()
             return

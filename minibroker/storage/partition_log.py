@@ -174,6 +174,10 @@ class PartitionLog:
             checkpoints.write_partition_metadata(meta_path, topic_id)
         index_bytes = int(config["segment.index.bytes"])
         interval = int(config["index.interval.bytes"])
+        if not read_only:  # a cleaner's swap cut short: complete or roll back, as Kafka's LogLoader
+            from minibroker.storage.cleaner import complete_interrupted_swap
+
+            complete_interrupted_swap(name, directory)
         bases = []
         for fname in os.listdir(directory):
             stem, ext = os.path.splitext(fname)
@@ -267,8 +271,9 @@ class PartitionLog:
             for segment in segments:
                 segment.delete()
             segments = []
-        if segments:
+        if segments and "compact" not in str(config.get("cleanup.policy", "")):  # compaction leaves gaps
             _warn_missing_offsets(name, segments, log_start_offset, reported_tails)
+        if segments:
             if not truncated_total and recovery_point > segments[-1].next_offset:
                 log.warning(
                     "%s: %s missing: the recovery point checkpoint is %d but the log ends at %d "
@@ -497,6 +502,14 @@ class PartitionLog:
         self._segments.append(new)
         self._bases.append(new.base_offset)
         return new
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """The log cleaner's swap: ``new`` (sealed, at its final file names) takes the place of the
+        consecutive non-active segments ``old``, whose files the cleaner has renamed away."""
+        i = self._segments.index(old[0])
+        assert self._segments[i : i + len(old)] == old and i + len(old) < len(self._segments)
+        self._segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
 
     # ---- listeners ----------------------------------------------------------------------------
     def add_append_listener(self, callback: Callable[[PartitionLog], None]) -> None:

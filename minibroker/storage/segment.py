@@ -100,35 +100,36 @@ class LogSegment:
         active: bool,
         read_only: bool = False,
         clock=time.time,
+        file_suffix: str = "",
     ):
+        # file_suffix: "" for a live segment; the cleaner writes ".cleaned" ones (Kafka's swap protocol).
         self.directory = directory
         self.read_only = read_only  # a dir that cannot be written: indexes in memory, no appends
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log"))
-        self.indexes_missing = not (
-            os.path.exists(os.path.join(directory, segment_file_name(base_offset, ".index")))
-            and os.path.exists(os.path.join(directory, segment_file_name(base_offset, ".timeindex")))
-        )
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log" + file_suffix))
+        index_path = os.path.join(directory, segment_file_name(base_offset, ".index" + file_suffix))
+        time_index_path = os.path.join(directory, segment_file_name(base_offset, ".timeindex" + file_suffix))
+        self.indexes_missing = not (os.path.exists(index_path) and os.path.exists(time_index_path))
         self.file: SegmentFile | None = SegmentFile(
             self.log_path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         )
         self.size = os.fstat(self.file.fileno()).st_size
         self.index = OffsetIndex(
-            os.path.join(directory, segment_file_name(base_offset, ".index")),
+            index_path,
             base_offset,
             index_max_bytes,
             writable=active,
             in_memory=read_only,
         )
         self.time_index = TimeIndex(
-            os.path.join(directory, segment_file_name(base_offset, ".timeindex")),
+            time_index_path,
             base_offset,
             index_max_bytes,
             writable=active,
             in_memory=read_only,
         )
-        txn_index_path = os.path.join(directory, segment_file_name(base_offset, ".txnindex"))
+        txn_index_path = os.path.join(directory, segment_file_name(base_offset, ".txnindex" + file_suffix))
         self.txn_index = TransactionIndex(txn_index_path, base_offset, in_memory=read_only)
         # Set by recover(), which empties the txn index: the producer state replay refills it
         # (ReplicaManager, as Kafka's LogSegment.recover does with its producer state).

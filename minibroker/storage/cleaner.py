@@ -1,0 +1,1117 @@
+"""The log cleaner: compaction of ``cleanup.policy=compact`` logs, with Kafka's LogCleaner semantics.
+
+A pass over one log (the dirtiest one whose dirty ratio reaches ``min.cleanable.dirty.ratio``, or one
+past ``max.compaction.lag.ms``, or one whose retained tombstones' delete horizon has passed):
+
+1. the dirty section, ``[first dirty offset, first uncleanable offset)``, is read into a bounded
+   ``OffsetMap`` (key hash -> latest offset). The first dirty offset comes from
+   ``cleaner-offset-checkpoint``; the first uncleanable one is the active segment's base, the first
+   offset of an open transaction, or the first segment younger than ``min.compaction.lag.ms``. When
+   the map fills (``log.cleaner.dedupe.buffer.size``), the pass stops where it filled and the next
+   pass goes on from there;
+2. every non-active segment from the log start up to there is rewritten, grouped by size
+   (``segment.bytes``, ``segment.index.bytes``) into ``<base>.log.cleaned`` segments: a record
+   stays if it is its key's latest; tombstones stay until their batch's delete horizon
+   (written in the batch on the first clean that keeps them: now + ``delete.retention.ms``);
+   aborted transactions' batches go; a transaction marker stays until its transaction has no data
+   left, then for ``delete.retention.ms``. Batches keep their base offset, last offset delta,
+   producer id/epoch/base sequence, flags and records' headers; a producer's last batch is kept as
+   a header-only batch when all its records went (the producer's sequence state lives in it);
+3. each group is swapped in on the owner's thread in one synchronous step, Kafka's protocol:
+   ``.cleaned`` -> ``.swap``, old segments -> ``.deleted``, ``.swap`` -> final names;
+   ``.deleted`` files are removed after ``file.delete.delay.ms``. ``PartitionLog.open`` completes
+   or rolls back an interrupted swap (``complete_interrupted_swap``).
+
+Threading: ``clean_once`` runs the pass's heavy work (reading the non-active segments, building the
+offset map, filtering and rewriting batches, writing and fsyncing ``.cleaned`` segments) in one
+worker thread (started on first use, stopped by ``stop``/``aclose``; the GIL switch interval is
+lowered to ``GIL_SWITCH_INTERVAL`` as for ReplicaManager's validation worker). The worker reads only
+the segments the loop gave it, by path and size (``_SegmentRef``), through its own descriptors. On
+the loop: choosing the log, the active segment's headers (in ``SLICE_SECONDS`` slices), txn indexes,
+and each swap and the checkpoint, after checking the log still holds the segments cleaned (else the
+pass is abandoned and its ``.cleaned`` files removed). The offset map reads keys and offsets only
+(``_record_keys``); batches are decoded only to be rebuilt. ``clean_now`` runs it all on the caller's
+thread. See docs/storage.md, "Compaction".
+
+Owner: the event loop thread (through ``LogManager``); not thread-safe. v0/v1 entries are not
+compacted: a log holding any is skipped, with the reason logged once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from typing import Any, NamedTuple
+
+import crc32c
+
+from minibroker.records import v2
+from minibroker.records.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES, decompress
+from minibroker.records.control import ControlType, read_end_txn_marker
+from minibroker.records.framing import entry_size_at, read_entry, scan_entries
+from minibroker.records.record import TimestampType
+from minibroker.storage import checkpoints as ckpt
+from minibroker.storage.partition_log import PartitionLog
+from minibroker.storage.segment import LogSegment, segment_file_name
+from minibroker.storage.txn_index import AbortedTxn
+
+__all__ = ["CLEANER_OFFSET_CHECKPOINT", "CleanerSettings", "LogCleaner", "OffsetMap", "SWAP_STEPS"]
+
+log = logging.getLogger(__name__)
+
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+SLICE_SECONDS = 0.002  # loop-side work (the active segment's headers) between two yields to the loop
+# Set once the worker thread starts, as ReplicaManager does for its validation worker: while the worker
+# walks records (Python, holding the GIL), the loop waits for the GIL up to this long each time it wakes.
+GIL_SWITCH_INTERVAL = 0.001
+_READ_CHUNK = 1 << 20
+_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
+_INT32_MAX = 2**31 - 1
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+# Named points of a swap, for crash tests (``LogCleaner.crash_hook(step)``).
+SWAP_STEPS = ("cleaned_written", "swap_renamed", "old_deleted", "swap_done")
+# Test hook: a broker started with MINIBROKER_CLEANER_CRASH_AT=<one of SWAP_STEPS> in its environment
+# ends its process with os._exit(CRASH_EXIT_CODE) when a swap reaches that step (kill -9 tests).
+CRASH_AT_ENV = "MINIBROKER_CLEANER_CRASH_AT"
+CRASH_EXIT_CODE = 86
+
+
+class OffsetMap:
+    """Key hash (MD5, as Kafka's SkimpyOffsetMap) -> latest offset, bounded to what
+    ``memory`` bytes of 24-byte slots hold at ``load_factor``."""
+
+    BYTES_PER_ENTRY = 16 + 8
+
+    def __init__(self, memory: int, load_factor: float = 0.9):
+        self.slots = max(1, int(memory) // self.BYTES_PER_ENTRY)
+        self.max_entries = max(1, int(self.slots * load_factor))
+        self._map: dict[bytes, int] = {}
+        self.latest_offset = -1  # last offset read into the map (records or not)
+
+    @staticmethod
+    def hash_key(key: bytes) -> bytes:
+        return hashlib.md5(key).digest()
+
+    def put(self, key: bytes, offset: int) -> None:
+        self._map[self.hash_key(key)] = offset
+
+    def get(self, key: bytes) -> int:
+        return self._map.get(self.hash_key(key), -1)
+
+    def has_room_for(self, records: int) -> bool:
+        return len(self._map) + records <= self.max_entries
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+
+class CleanerSettings(NamedTuple):
+    enable: bool
+    threads: int
+    backoff_ms: int
+    dedupe_buffer_size: int
+    io_buffer_load_factor: float
+    io_max_bytes_per_second: float
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> CleanerSettings:
+        from minibroker.config import BROKER_CONFIGS
+
+        def value(key):
+            raw = (config or {}).get(key) if config is not None else None
+            return BROKER_CONFIGS[key].default if raw is None else raw
+
+        enable = value("log.cleaner.enable")
+        if isinstance(enable, str):
+            enable = enable.strip().lower() == "true"
+        threads = max(1, int(value("log.cleaner.threads")))
+        return cls(
+            bool(enable),
+            threads,
+            int(value("log.cleaner.backoff.ms")),
+            # Kafka splits the buffer between the threads; one pass uses one thread's share.
+            int(value("log.cleaner.dedupe.buffer.size")) // threads,
+            float(value("log.cleaner.io.buffer.load.factor")),
+            float(value("log.cleaner.io.max.bytes.per.second")),
+        )
+
+
+class LogToClean(NamedTuple):
+    plog: PartitionLog
+    first_dirty: int
+    first_uncleanable: int
+    clean_bytes: int
+    dirty_bytes: int
+    needs_compaction_now: bool
+
+    @property
+    def ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+class CleanerStats:
+    """Counters for /metrics."""
+
+    def __init__(self):
+        self.runs = 0
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.records_removed = 0
+        self.aborted_swaps = 0
+        self.dirty_ratio: dict[tuple[str, int], float] = {}
+
+
+class _ProducerSummary(NamedTuple):
+    last_data_offset: dict[int, int]  # producer id -> last offset of its last data batch
+    last_batch_offset: dict[int, int]  # producer id -> last offset of its last batch (markers too)
+    first_unstable_offset: int | None  # first offset of the earliest open transaction
+
+
+class _Unsupported(Exception):
+    """The log holds entries the cleaner does not rewrite (v0/v1)."""
+
+
+class _SwapAbandoned(Exception):
+    """The log changed under the pass (retention, truncation, deletion): its cleaned files go."""
+
+
+class _TxnTracker:
+    """Kafka's CleanedTransactionMetadata for one group: which transactional batches belong to
+    aborted transactions, and which markers have no data left."""
+
+    def __init__(self, aborted: list[AbortedTxn]):
+        self._pending = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._ongoing_aborted: dict[int, list] = {}  # pid -> [AbortedTxn, data seen in this group]
+        self._ongoing_committed: set[int] = set()
+        self.kept_aborts: list[AbortedTxn] = []  # txn index entries of the cleaned segment
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._next < len(self._pending) and self._pending[self._next].first_offset <= offset:
+            txn = self._pending[self._next]
+            self._ongoing_aborted[txn.producer_id] = [txn, False]
+            self._next += 1
+
+    def on_data_batch(self, h: v2.BatchHeader) -> bool:
+        """True when the batch belongs to an aborted transaction."""
+        self._consume_up_to(h.last_offset)
+        if not h.is_transactional:
+            return False
+        aborted = self._ongoing_aborted.get(h.producer_id)
+        if aborted is not None:
+            aborted[1] = True
+            return True
+        self._ongoing_committed.add(h.producer_id)
+        return False
+
+    def on_control_batch(self, h: v2.BatchHeader, buf, position: int) -> bool:
+        """True when the marker's transaction has no data left here (the marker may go)."""
+        self._consume_up_to(h.last_offset)
+        if h.record_count == 0:
+            return True  # an emptied control batch: cleaned before
+        marker = read_end_txn_marker(buf, position)
+        if marker is None:
+            return False
+        if marker.control_type == ControlType.ABORT:
+            aborted = self._ongoing_aborted.pop(h.producer_id, None)
+            if aborted is not None and aborted[1]:
+                self.kept_aborts.append(aborted[0])
+                return False
+            return True
+        had_data = h.producer_id in self._ongoing_committed
+        self._ongoing_committed.discard(h.producer_id)
+        return not had_data
+
+
+def _read_entries(seg_file, size: int) -> Iterator[tuple[bytes, Any]]:
+    """(buffer, EntryInfo) of every whole entry of a segment file, ``_READ_CHUNK`` at a time."""
+    fd = seg_file.fileno()
+    pos = 0
+    while pos < size:
+        buf = os.pread(fd, min(_READ_CHUNK, size - pos), pos)
+        end = 0
+        for info in scan_entries(buf):
+            yield buf, info
+            end = info.position + info.size
+        if end == 0:  # one entry larger than the chunk
+            need = entry_size_at(buf, 0)
+            if need is None or need > size - pos:
+                return
+            buf = os.pread(fd, need, pos)
+            yield buf, read_entry(buf, 0)
+            end = need
+        pos += end
+
+
+class _SegmentRef(NamedTuple):
+    """A non-active segment as the loop saw it when the pass took it. The worker thread reads only
+    ``path`` up to ``size``, through its own descriptor (``_SegmentReader``), never ``segment``: that
+    is for the loop's checks that the log still holds it."""
+
+    segment: LogSegment
+    base_offset: int
+    next_offset: int
+    path: str
+    size: int
+    file_id: tuple[int, int]  # (st_dev, st_ino) of the .log when taken
+
+
+def _segment_ref(seg: LogSegment) -> _SegmentRef:
+    if seg.file is None:
+        raise _SwapAbandoned("a segment was closed")
+    st = os.fstat(seg.file.fileno())
+    return _SegmentRef(seg, seg.base_offset, seg.next_offset, seg.log_path, seg.size, (st.st_dev, st.st_ino))
+
+
+class _SegmentReader:
+    """The worker thread's own read-only descriptor on a ``_SegmentRef``'s file: the same file the
+    loop saw (else ``_SwapAbandoned``), whatever the loop does to its ``LogSegment`` meanwhile."""
+
+    def __init__(self, ref: _SegmentRef):
+        try:
+            self._fd = os.open(ref.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise _SwapAbandoned(f"{ref.path} went away during the pass") from None
+        st = os.fstat(self._fd)
+        if (st.st_dev, st.st_ino) != ref.file_id or st.st_size < ref.size:
+            os.close(self._fd)
+            raise _SwapAbandoned(f"{ref.path} changed during the pass")
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def __enter__(self) -> _SegmentReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self._fd)
+
+
+class _Job(partial):
+    """Work of a pass for the worker thread (``LogCleaner._drive``); its result is sent back into the
+    pass. It reads only ``_SegmentRef`` files and writes only ``.cleaned`` ones."""
+
+
+class _Pace:
+    """The pass's ``log.cleaner.io.max.bytes.per.second`` (as Kafka's Throttler) and its stop flag."""
+
+    def __init__(self, rate: float = float("inf")):
+        self.rate = rate
+        self.stopped = threading.Event()  # set by LogCleaner.stop/aclose: the worker gives up
+        self._start = time.monotonic()
+        self._bytes = 0
+
+    def ahead(self, nbytes: int) -> float:
+        """Seconds to wait after ``nbytes`` more, to keep to the rate."""
+        self._bytes += nbytes
+        if self.rate >= 1e300:
+            return 0.0
+        return self._bytes / self.rate - (time.monotonic() - self._start)
+
+    def add(self, nbytes: int) -> None:
+        """In the worker thread, at each entry."""
+        if self.stopped.is_set():
+            raise _SwapAbandoned("the cleaner was stopped")
+        wait = self.ahead(nbytes)
+        if wait > 0:
+            time.sleep(wait)
+
+
+class _ProducerScan:
+    """Accumulates ``_ProducerSummary`` from batch headers in log order (worker, then loop)."""
+
+    def __init__(self):
+        self.last_data: dict[int, int] = {}
+        self.last_batch: dict[int, int] = {}
+        self.open_txn: dict[int, int] = {}
+
+    def add(self, buf, info) -> None:
+        if info.magic != 2:
+            raise _Unsupported(f"entry of magic {info.magic} at offset {info.base_offset}; "
+                               "only v2 batches are compacted")
+        h = v2.BatchHeader(buf, info.position)
+        pid = h.producer_id
+        if pid < 0:
+            return
+        self.last_batch[pid] = info.last_offset
+        if h.is_control:
+            self.open_txn.pop(pid, None)
+        else:
+            self.last_data[pid] = info.last_offset
+            if h.is_transactional:
+                self.open_txn.setdefault(pid, info.base_offset)
+
+    def summary(self) -> _ProducerSummary:
+        first_unstable = min(self.open_txn.values()) if self.open_txn else None
+        return _ProducerSummary(self.last_data, self.last_batch, first_unstable)
+
+
+def _zigzag_at(buf, p: int) -> tuple[int, int]:
+    """(value, next position) of the zig-zag varint at ``p``; IndexError past ``buf``, ValueError
+    past 10 bytes."""
+    b = buf[p]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), p + 1
+    raw, shift = b & 0x7F, 7
+    while True:
+        p += 1
+        b = buf[p]
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), p + 1
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _record_keys(buf, start: int, end: int, count: int) -> list[tuple[int, int, int, bool]] | None:
+    """``(offset delta, key start, key end, value is null)`` of each of the ``count`` records in
+    ``buf[start:end]`` (key start -1: a null key), read from the record's lengths only: the
+    timestamp, the value's bytes and the headers are skipped, nothing is copied. None when the
+    records do not walk exactly to ``end`` (the caller then decodes fully, which says what is wrong).
+    The records were checked field by field when appended; this is what the cleaner needs of most
+    batches, several times cheaper than ``v2.decode_records``."""
+    out = []
+    pos = start
+    zz = _zigzag_at
+    try:
+        for _ in range(count):
+            length, p = zz(buf, pos)
+            body_end = p + length
+            if length <= 0 or body_end > end:
+                return None
+            p += 1  # attributes
+            if buf[p] < 0x80:  # timestamp delta (one-byte varints inline: the common case)
+                p += 1
+            else:
+                _, p = zz(buf, p)
+            b = buf[p]
+            if b < 0x80:
+                delta, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                delta, p = zz(buf, p)
+            b = buf[p]
+            if b < 0x80:  # key length: negative, a null key
+                n, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                n, p = zz(buf, p)
+            if n >= 0:
+                key_start, key_end = p, p + n
+                p = key_end
+            else:
+                key_start = key_end = -1
+            n, p = zz(buf, p)  # value length
+            if p + max(n, 0) > body_end:
+                return None
+            out.append((delta, key_start, key_end, n < 0))
+            pos = body_end
+    except (IndexError, ValueError):
+        return None
+    return out if pos == end else None
+
+
+def _records_section(buf, info, h: v2.BatchHeader) -> tuple[Any, int, int]:
+    """``(buffer, start, end)`` of the batch's records, decompressed if need be."""
+    start, end = info.position + v2.RECORDS_OFFSET, info.position + info.size
+    if h.compression:
+        data = decompress(h.compression, memoryview(buf)[start:end], magic=2,
+                          max_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES)
+        return data, 0, len(data)
+    return buf, start, end
+
+
+def _patch_header(batch: bytearray, last_offset_delta: int) -> bytes:
+    """Restore the original last offset delta (the producer's last sequence depends on it, as in
+    Kafka's overrideLastOffset) and the CRC."""
+    _I32.pack_into(batch, v2.LAST_OFFSET_DELTA_OFFSET, last_offset_delta)
+    _U32.pack_into(batch, v2.CRC_OFFSET, crc32c.crc32c(memoryview(batch)[v2.ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+def _empty_batch(h: v2.BatchHeader) -> bytes:
+    """A header-only batch (Kafka's writeEmptyHeader): keeps a producer's epoch and last sequence."""
+    attrs = h.attributes & ~v2.COMPRESSION_MASK & ~v2.DELETE_HORIZON_MASK
+    buf = bytearray(v2.HEADER_SIZE)
+    v2.HEADER.pack_into(buf, 0, h.base_offset, v2.HEADER_SIZE - 12, h.partition_leader_epoch, 2, 0, attrs,
+                        h.last_offset_delta, h.max_timestamp, h.max_timestamp, h.producer_id,
+                        h.producer_epoch, h.base_sequence, 0)
+    return _patch_header(buf, h.last_offset_delta)
+
+
+def _placeholder_batch(h: v2.BatchHeader) -> bytes:
+    buf = bytearray(v2.HEADER_SIZE)
+    v2.HEADER.pack_into(buf, 0, h.base_offset, v2.HEADER_SIZE - 12, h.partition_leader_epoch, 2, 0,
+                        h.attributes & v2.TIMESTAMP_TYPE_MASK, h.last_offset_delta, h.max_timestamp,
+                        h.max_timestamp, v2.NO_PRODUCER_ID, v2.NO_PRODUCER_EPOCH, v2.NO_SEQUENCE, 0)
+    return _patch_header(buf, h.last_offset_delta)
+
+
+def _rebuild(h: v2.BatchHeader, records, delete_horizon: int | None) -> bytes:
+    log_append = h.timestamp_type == TimestampType.LOG_APPEND_TIME
+    built = v2.build_batch(
+        records,
+        base_offset=h.base_offset,
+        compression=h.compression,
+        timestamp_type=h.timestamp_type,
+        log_append_time=h.max_timestamp if log_append else v2.NO_TIMESTAMP,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        is_transactional=h.is_transactional,
+        is_control=h.is_control,
+        partition_leader_epoch=h.partition_leader_epoch,
+        delete_horizon_ms=delete_horizon,
+    )
+    return _patch_header(bytearray(built), h.last_offset_delta)
+
+
+def segment_paths(directory: str, base: int, suffix: str) -> list[str]:
+    return [os.path.join(directory, segment_file_name(base, ext + suffix)) for ext in _SEGMENT_SUFFIXES]
+
+
+def _rename_segment_files(directory: str, base: int, old_suffix: str, new_suffix: str) -> None:
+    pairs = zip(segment_paths(directory, base, old_suffix), segment_paths(directory, base, new_suffix),
+                strict=True)
+    for src, dst in pairs:
+        try:
+            os.rename(src, dst)
+        except FileNotFoundError:
+            pass  # a segment without a .txnindex (most) or without indexes
+
+
+def _remove_files(paths) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
+                           first_offset_after: Callable[[int], int]) -> list[list[LogSegment]]:
+    """Kafka's groupSegmentsBySize: consecutive segments whose total log size, offset index size
+    and time index size stay within the limits, and whose offsets fit one segment's relative int32."""
+    groups = []
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        log_size = segments[i].size
+        index_size = segments[i].index.entries * 8
+        time_size = segments[i].time_index.entries * 12
+        i += 1
+        while i < len(segments):
+            seg = segments[i]
+            if (log_size + seg.size > max_size or index_size + seg.index.entries * 8 > max_index_size
+                    or time_size + seg.time_index.entries * 12 > max_index_size
+                    or first_offset_after(i) - 1 - group[0].base_offset > _INT32_MAX):
+                break
+            group.append(seg)
+            log_size += seg.size
+            index_size += seg.index.entries * 8
+            time_size += seg.time_index.entries * 12
+            i += 1
+        groups.append(group)
+    return groups
+
+
+class LogCleaner:
+    """Compacts the logs of a ``LogManager``. See the module docstring."""
+
+    def __init__(self, log_manager, config: Mapping[str, Any] | None = None, *, clock=time.time):
+        self.log_manager = log_manager
+        self.settings = CleanerSettings.from_config(config if config is not None else log_manager.config)
+        self._clock = clock
+        self.stats = CleanerStats()
+        self.crash_hook: Callable[[str], None] | None = _crash_hook_from_env()  # tests: at each SWAP_STEPS
+        self._checkpoints: dict[str, dict[tuple[str, int], int]] = {}
+        self._delete_horizons: dict[tuple[str, int], int] = {}  # earliest horizon kept by the last pass
+        self._skipped: set[tuple[str, int]] = set()  # logs with v0/v1 entries (logged once)
+        self._pending_deletes: list[tuple[float, list[str]]] = []
+        self._task: asyncio.Task | None = None
+        self._executor = None  # the worker thread of clean_once's heavy work, started on first use
+        self._pace = _Pace()  # the current pass's (stop() sets its flag)
+        for d in log_manager.log_dirs:
+            try:
+                self._checkpoints[d] = ckpt.read_offset_checkpoint(os.path.join(d, CLEANER_OFFSET_CHECKPOINT))
+            except ckpt.CheckpointError as exc:
+                log.warning("ignoring %s", exc)
+                self._checkpoints[d] = {}
+
+    # ---- checkpoint ---------------------------------------------------------------------------
+    def _dir_of(self, plog: PartitionLog) -> str:
+        return os.path.dirname(plog.directory)
+
+    def first_dirty_offset(self, plog: PartitionLog) -> int:
+        return self._checkpoints.get(self._dir_of(plog), {}).get((plog.topic, plog.partition), -1)
+
+    def _set_checkpoint(self, plog: PartitionLog, offset: int) -> None:
+        d = self._dir_of(plog)
+        table = self._checkpoints.setdefault(d, {})
+        table[(plog.topic, plog.partition)] = offset
+        live = {(p.topic, p.partition) for p in self.log_manager.logs()}
+        for key in [k for k in table if k not in live]:
+            del table[key]  # deleted topics
+        ckpt.write_offset_checkpoint(os.path.join(d, CLEANER_OFFSET_CHECKPOINT), table)
+
+    # ---- choosing a log -----------------------------------------------------------------------
+    def cleanable(self, plog: PartitionLog, now_ms: int) -> LogToClean:
+        """The log's dirty section and ratio (Kafka's LogCleanerManager.cleanableOffsets)."""
+        segments = plog.segments
+        active = segments[-1]
+        cfg = plog.config
+        first_dirty = self.first_dirty_offset(plog)
+        if first_dirty < plog.log_start_offset or first_dirty > active.base_offset:
+            first_dirty = plog.log_start_offset
+        uncleanable = active.base_offset
+        min_lag = int(cfg.get("min.compaction.lag.ms", 0))
+        dirty = [s for s in segments[:-1] if s.next_offset > first_dirty]
+        if min_lag > 0:
+            for seg in dirty:
+                if seg.largest_timestamp() > now_ms - min_lag:
+                    uncleanable = min(uncleanable, seg.base_offset)
+                    break
+        uncleanable = max(uncleanable, first_dirty)
+        clean_bytes = sum(s.size for s in segments if s.next_offset <= first_dirty and s is not active)
+        dirty_bytes = sum(s.size for s in dirty if s.base_offset < uncleanable)
+        max_lag = int(cfg.get("max.compaction.lag.ms", 2**63 - 1))
+        needs_now = False
+        if dirty and dirty[0].base_offset < uncleanable and max_lag < 2**63 - 1:
+            dirty[0].read_first_batch_timestamp()
+            first_ts = dirty[0].first_batch_timestamp
+            if first_ts is None or first_ts < 0:
+                first_ts = dirty[0].largest_timestamp()
+            needs_now = first_ts + max_lag <= now_ms
+        return LogToClean(plog, first_dirty, uncleanable, clean_bytes, dirty_bytes, needs_now)
+
+    def _compacted_logs(self) -> Iterator[PartitionLog]:
+        for plog in self.log_manager.logs():
+            if (plog.closed or plog.offline_reason is not None or plog.read_only
+                    or (plog.topic, plog.partition) in self._skipped
+                    or "compact" not in str(plog.config.get("cleanup.policy", ""))):
+                continue
+            yield plog
+
+    def dirty_ratios(self, now_ms: int | None = None) -> dict[tuple[str, int], float]:
+        """(topic, partition) -> dirty ratio now, of every log the cleaner may compact (/metrics)."""
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        return {(p.topic, p.partition): self.cleanable(p, now_ms).ratio for p in self._compacted_logs()}
+
+    def grab_filthiest(self, now_ms: int | None = None) -> LogToClean | None:
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        candidates, horizon_due = [], []
+        ratios = {}
+        for plog in self._compacted_logs():
+            key = (plog.topic, plog.partition)
+            ltc = self.cleanable(plog, now_ms)
+            ratios[key] = ltc.ratio
+            if (ltc.needs_compaction_now and ltc.dirty_bytes > 0) or (
+                    ltc.dirty_bytes > 0
+                    and ltc.ratio >= float(plog.config.get("min.cleanable.dirty.ratio", 0.5))):
+                candidates.append(ltc)
+            elif self._delete_horizons.get(key, 2**63) <= now_ms and len(plog.segments) > 1:
+                horizon_due.append(ltc)  # tombstones or markers whose horizon passed: remove them
+        self.stats.dirty_ratio = ratios
+        if candidates:
+            return max(candidates, key=lambda ltc: ltc.ratio)
+        return horizon_due[0] if horizon_due else None
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # ---- running ------------------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task | None:
+        if not self.settings.enable:
+            return None
+        if self._task is None or self._task.done():
+            loop = loop or asyncio.get_running_loop()
+            self._task = loop.create_task(self._run(), name="log-cleaner")
+        return self._task
+
+    def stop(self) -> None:
+        """Cancel the task and stop the worker thread: a pass in it gives up at its next entry and
+        removes its ``.cleaned`` files."""
+        self._pace.stopped.set()
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    async def aclose(self) -> None:
+        """As ``stop``, waiting for the task (and so for a worker job in flight, see ``_in_worker``)."""
+        task, self._task = self._task, None
+        self._pace.stopped.set()
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self.stop()
+
+    def _worker(self):
+        if self._executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="minibroker-cleaner")
+            # The pass is Python holding the GIL: the loop, woken by a request, waits for the GIL up to
+            # the switch interval each time (5 ms by default). Process-wide, and only ever lowered.
+            if sys.getswitchinterval() > GIL_SWITCH_INTERVAL:
+                sys.setswitchinterval(GIL_SWITCH_INTERVAL)
+        return self._executor
+
+    async def _in_worker(self, job: _Job):
+        fut = self._worker().submit(job)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            # The job gives up at its next entry, removing its .cleaned files: wait for that, so that
+            # nothing of the pass goes on once the cleaner is closed.
+            self._pace.stopped.set()
+            await asyncio.wait([asyncio.wrap_future(fut)])
+            raise
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                self._remove_due_files()
+                cleaned = await self.clean_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("log cleaner pass failed; backing off")
+                cleaned = False
+            if not cleaned:
+                await asyncio.sleep(self.settings.backoff_ms / 1000)
+
+    async def clean_once(self) -> bool:
+        """One pass over the filthiest log: its heavy work in the worker thread, the rest on the loop
+        in cooperative slices; False when nothing was due."""
+        ltc = self.grab_filthiest()
+        if ltc is None:
+            return False
+        self._pace = pace = _Pace(self.settings.io_max_bytes_per_second)
+        work = self._clean(ltc, pace=pace)
+        deadline = time.monotonic() + SLICE_SECONDS
+        send, value = work.send, None
+        while True:
+            try:
+                step = send(value)
+            except StopIteration:
+                return True
+            send, value = work.send, None
+            if isinstance(step, _Job):
+                try:
+                    value = await self._in_worker(step)
+                except asyncio.CancelledError:
+                    work.close()
+                    raise
+                except Exception as exc:  # back into the pass, which abandons it or fails
+                    send, value = work.throw, exc
+                deadline = time.monotonic() + SLICE_SECONDS
+                continue
+            ahead = pace.ahead(step)  # log.cleaner.io.max.bytes.per.second, as Kafka's Throttler
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+                deadline = time.monotonic() + SLICE_SECONDS
+            elif time.monotonic() >= deadline:
+                await asyncio.sleep(0)
+                deadline = time.monotonic() + SLICE_SECONDS
+
+    def clean_now(self, plog: PartitionLog | None = None, now_ms: int | None = None) -> bool:
+        """A whole pass synchronously on the caller's thread (tools and tests): over ``plog`` if
+        given (whatever its ratio), else the filthiest log. False when there was nothing to clean."""
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        ltc = self.grab_filthiest(now_ms) if plog is None else self.cleanable(plog, now_ms)
+        if ltc is None:
+            return False
+        work = self._clean(ltc, now_ms)
+        send, value = work.send, None
+        while True:
+            try:
+                step = send(value)
+            except StopIteration:
+                break
+            send, value = work.send, None
+            if isinstance(step, _Job):
+                try:
+                    value = step()
+                except Exception as exc:
+                    send, value = work.throw, exc
+        self._remove_due_files()
+        return True
+
+    def _remove_due_files(self, force: bool = False) -> None:
+        now = time.monotonic()
+        due = [paths for at, paths in self._pending_deletes if force or at <= now]
+        self._pending_deletes = [(at, p) for at, p in self._pending_deletes if not (force or at <= now)]
+        for paths in due:
+            _remove_files(paths)
+
+    # ---- one pass -----------------------------------------------------------------------------
+    def _clean(self, ltc: LogToClean, now_ms: int | None = None, pace: _Pace | None = None
+               ) -> Iterator[int | _Job]:
+        """The pass as a generator run on the loop (``clean_once``) or by the caller (``clean_now``).
+        It yields a ``_Job`` (reading segment files, building the offset map, writing and fsyncing a
+        ``.cleaned`` segment: the worker thread runs it and its result or exception comes back), or
+        bytes read on the loop (a point to let the loop run). What touches the log (its segment list,
+        configs, txn indexes, the swap, the checkpoint) runs here, between two yields; each swap in
+        one synchronous step, after checking the log still holds the segments cleaned."""
+        plog = ltc.plog
+        key = (plog.topic, plog.partition)
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        pace = pace or _Pace()
+        self.stats.runs += 1
+        started = time.monotonic()
+        try:
+            if plog.closed or plog.deleted:
+                raise _SwapAbandoned("the log was closed")
+            active = plog.segments[-1]
+            refs = [_segment_ref(s) for s in plog.segments[:-1]]  # what the worker may read
+            active_base, active_size = active.base_offset, active.size
+            scan = _ProducerScan()
+            yield _Job(self._scan_producers, refs, scan, pace)
+            yield from self._scan_active(active, active_size, scan)  # appended to meanwhile: on the loop
+            summary = scan.summary()
+            uncleanable = ltc.first_uncleanable
+            if summary.first_unstable_offset is not None:
+                uncleanable = max(ltc.first_dirty, min(uncleanable, summary.first_unstable_offset))
+            offset_map = OffsetMap(self.settings.dedupe_buffer_size, self.settings.io_buffer_load_factor)
+            self._check_refs(plog, refs)
+            start = ltc.first_dirty
+            aborted = plog.collect_aborted_transactions(start, uncleanable) if uncleanable > start else []
+            end = yield _Job(self._build_offset_map, refs, aborted, start, uncleanable, offset_map, pace)
+            cfg = plog.config
+            delete_retention = int(cfg.get("delete.retention.ms", 86400000))
+            index_bytes, interval = int(cfg["segment.index.bytes"]), int(cfg["index.interval.bytes"])
+            horizons: list[int] = []
+            to_clean = [r for r in refs if r.base_offset < min(end, active_base)]
+
+            def first_offset_after(i: int) -> int:
+                return refs[i + 1].base_offset if i + 1 < len(refs) else active_base
+
+            self._check_refs(plog, to_clean)
+            groups = group_segments_by_size([r.segment for r in to_clean], int(cfg["segment.bytes"]),
+                                            index_bytes, first_offset_after)
+            i = 0
+            for group in groups:
+                group_refs, i = to_clean[i:i + len(group)], i + len(group)
+                self._check_refs(plog, group_refs)
+                base, group_end = group_refs[0].base_offset, group_refs[-1].next_offset
+                aborted = plog.collect_aborted_transactions(base, group_end) if group_end > base else []
+                try:
+                    cleaned, group_horizons = yield _Job(
+                        self._clean_group, plog.directory, index_bytes, interval, group_refs, aborted,
+                        offset_map, summary, now_ms, delete_retention, pace)
+                    self._check_refs(plog, group_refs)
+                    self._swap(plog, group, cleaned)
+                except BaseException:
+                    _remove_files(segment_paths(plog.directory, base, ".cleaned"))
+                    raise
+                horizons += group_horizons
+        except _Unsupported as exc:
+            self._skipped.add(key)
+            log.warning("%s-%d: not compacted: %s", plog.topic, plog.partition, exc)
+            return
+        except _SwapAbandoned as exc:
+            self.stats.aborted_swaps += 1
+            log.info("%s-%d: cleaning pass abandoned: %s", plog.topic, plog.partition, exc)
+            return
+        if horizons:
+            self._delete_horizons[key] = min(horizons)
+        else:
+            self._delete_horizons.pop(key, None)
+        self._set_checkpoint(plog, end)
+        log.info("%s-%d: cleaned up to offset %d in %.3f s (%d segments now)", plog.topic, plog.partition,
+                 end, time.monotonic() - started, len(plog.segments))
+
+    @staticmethod
+    def _check_refs(plog: PartitionLog, refs: list[_SegmentRef]) -> None:
+        """On the loop: the log still holds these segments, non-active and as the pass took them
+        (retention, DeleteRecords, truncation or deletion may have removed or cut them since)."""
+        if plog.closed or plog.deleted:
+            raise _SwapAbandoned("the log was closed or deleted")
+        held = {id(s) for s in plog.segments[:-1]}
+        for ref in refs:
+            seg = ref.segment
+            if id(seg) not in held or seg.file is None or seg.size != ref.size:
+                raise _SwapAbandoned("the segments changed during the pass")
+
+    def _scan_producers(self, refs: list[_SegmentRef], scan: _ProducerScan, pace: _Pace) -> None:
+        """Worker: the producer summary's part from the non-active segments' batch headers (the log
+        is the only producer state storage may read)."""
+        for ref in refs:
+            with _SegmentReader(ref) as f:
+                for buf, info in _read_entries(f, ref.size):
+                    pace.add(0)
+                    scan.add(buf, info)
+
+    def _scan_active(self, active: LogSegment, size: int, scan: _ProducerScan) -> Iterator[int]:
+        """Loop, in slices: the summary's part from the active segment, up to its size when the pass
+        took it (the loop appends to it meanwhile, so no other thread reads it)."""
+        if active.file is None:
+            raise _SwapAbandoned("a segment was closed")
+        for buf, info in _read_entries(active.file, min(size, active.size)):
+            scan.add(buf, info)
+            yield info.size
+            if active.file is None:
+                raise _SwapAbandoned("a segment was closed")
+
+    def _build_offset_map(self, refs: list[_SegmentRef], aborted: list[AbortedTxn], start: int, stop: int,
+                          offset_map: OffsetMap, pace: _Pace) -> int:
+        """Worker: Kafka's buildOffsetMap, the keys of ``[start, stop)`` (only keys and offsets: read
+        with ``_record_keys``, not decoded); stops early when the map is full. Returns the offset the
+        pass cleans up to (exclusive)."""
+        txn = _TxnTracker(aborted)
+        put = offset_map.put
+        for ref in refs:
+            if ref.next_offset <= start or ref.base_offset >= stop:
+                continue
+            with _SegmentReader(ref) as f:
+                for buf, info in _read_entries(f, ref.size):
+                    if info.last_offset < start:
+                        continue
+                    if info.base_offset >= stop:
+                        break
+                    pace.add(info.size)
+                    h = v2.BatchHeader(buf, info.position)
+                    if h.is_control:
+                        txn.on_control_batch(h, buf, info.position)
+                    elif not txn.on_data_batch(h):
+                        if len(offset_map) and not offset_map.has_room_for(h.record_count):
+                            return offset_map.latest_offset + 1  # full: the next pass goes on from here
+                        records, rstart, rend = _records_section(buf, info, h)
+                        spans = _record_keys(records, rstart, rend, h.record_count)
+                        if spans is None:  # not walkable: the full decode says why
+                            for record in v2.batch_records(buf, info.position):
+                                if record.key is not None and record.offset >= start:
+                                    put(record.key, record.offset)
+                        else:
+                            base, view = h.base_offset, memoryview(records)
+                            for delta, key_start, key_end, _ in spans:
+                                if key_start >= 0 and base + delta >= start:
+                                    put(view[key_start:key_end], base + delta)
+                    offset_map.latest_offset = info.last_offset
+                    self.stats.bytes_read += info.size
+        offset_map.latest_offset = max(offset_map.latest_offset, stop - 1)  # the whole section is mapped
+        return stop
+
+    def _clean_group(self, directory: str, index_bytes: int, interval: int, refs: list[_SegmentRef],
+                     aborted: list[AbortedTxn], offset_map, summary, now_ms, delete_retention, pace: _Pace
+                     ) -> tuple[LogSegment, list[int]]:
+        """Worker: write the group's ``<base>.log.cleaned`` segment (+ indexes), fsynced and closed;
+        returns it and the delete horizons it keeps. On any failure its files are removed."""
+        base = refs[0].base_offset
+        group_end = refs[-1].next_offset
+        horizons: list[int] = []
+        txn = _TxnTracker(aborted)
+        _remove_files(segment_paths(directory, base, ".cleaned"))
+        cleaned = LogSegment(directory, base, index_max_bytes=index_bytes, index_interval_bytes=interval,
+                             active=True, file_suffix=".cleaned")
+        try:
+            for n, ref in enumerate(refs):
+                with _SegmentReader(ref) as f:
+                    for buf, info in _read_entries(f, ref.size):
+                        pace.add(info.size)
+                        self.stats.bytes_read += info.size
+                        out, horizon = self._filter_batch(buf, info, offset_map, summary, txn, now_ms,
+                                                          delete_retention)
+                        if horizon is not None:
+                            horizons.append(horizon)
+                        if out is None and n == len(refs) - 1 and info.last_offset == group_end - 1:
+                            # The group's last batch stays as a header without records or producer: the
+                            # cleaned segment keeps the group's offset range, which recovery of an
+                            # interrupted swap relies on to find every segment it replaced.
+                            out = _placeholder_batch(v2.BatchHeader(buf, info.position))
+                        if out is None:
+                            continue
+                        out_info = read_entry(out, 0)
+                        cleaned.append(out, first_offset=out_info.base_offset,
+                                       last_offset=out_info.last_offset, max_timestamp=out_info.max_timestamp,
+                                       offset_of_max_timestamp=out_info.last_offset)
+                        self.stats.bytes_written += len(out)
+            for kept in txn.kept_aborts:
+                cleaned.txn_index.append(kept)
+            cleaned.seal()
+            cleaned.flush()  # fsyncs the .log.cleaned and its indexes
+            cleaned.close()
+            return cleaned, horizons
+        except BaseException:
+            if cleaned.file is not None:
+                cleaned.close()
+            _remove_files(segment_paths(directory, base, ".cleaned"))
+            raise
+
+    def _filter_batch(self, buf, info, offset_map: OffsetMap, summary: _ProducerSummary, txn: _TxnTracker,
+                      now_ms: int, delete_retention: int) -> tuple[bytes | None, int | None]:
+        """The batch to write for the entry (None: drop it) and the delete horizon it carries."""
+        if info.magic != 2:
+            raise _Unsupported(f"entry of magic {info.magic} at offset {info.base_offset}")
+        h = v2.BatchHeader(buf, info.position)
+        original = bytes(memoryview(buf)[info.position:info.position + info.size])
+        horizon = h.base_timestamp if h.has_delete_horizon else None
+        pid = h.producer_id
+        # Kafka's retention of a producer's last batch, kept (maybe empty) for its sequence state.
+        last_of_producer = pid >= 0 and (
+            summary.last_data_offset.get(pid) == info.last_offset
+            or (h.is_control and summary.last_batch_offset.get(pid) == info.last_offset)
+        )
+        if h.is_control:
+            can_discard = txn.on_control_batch(h, buf, info.position)
+            if can_discard and horizon is not None and horizon <= now_ms:
+                return (_empty_batch(h) if last_of_producer else None), None
+            if can_discard and horizon is None:  # its transaction is gone: start the marker's horizon
+                horizon = now_ms + delete_retention
+                records = v2.batch_records(buf, info.position)
+                return _rebuild(h, records, horizon), horizon
+            return original, horizon if can_discard else None
+        if txn.on_data_batch(h):
+            self.stats.records_removed += h.record_count
+            return (_empty_batch(h) if last_of_producer else None), None
+        # Which records stay, from their keys and offsets only (``_record_keys``); the batch is decoded
+        # only when it must be rebuilt: some records go, or its tombstones get their horizon.
+        data, rstart, rend = _records_section(buf, info, h)
+        spans = _record_keys(data, rstart, rend, h.record_count)
+        if spans is None:  # not walkable: the full decode says why
+            decoded = v2.batch_records(buf, info.position)
+            spans = [(r.offset - h.base_offset, 0, 0, r.value is None) for r in decoded]
+            keys = [r.key for r in decoded]
+        else:
+            view = memoryview(data)
+            keys = [view[s:e] if s >= 0 else None for _, s, e, _ in spans]
+        base, latest = h.base_offset, offset_map.latest_offset
+        keep_index, tombstones = [], False
+        for i, (delta, _, _, value_null) in enumerate(spans):
+            offset = base + delta
+            if offset > latest:
+                keep = True  # past the map: the next pass decides
+            elif keys[i] is None:
+                keep = False
+            else:
+                keep = offset_map.get(keys[i]) <= offset and (
+                    not value_null or horizon is None or now_ms < horizon)
+            if keep:
+                keep_index.append(i)
+                tombstones = tombstones or value_null
+        self.stats.records_removed += len(spans) - len(keep_index)
+        if not keep_index:
+            return (_empty_batch(h) if last_of_producer else None), None
+        if len(keep_index) == len(spans) and not (tombstones and horizon is None):
+            return original, horizon if tombstones else None
+        records = v2.batch_records(buf, info.position)
+        kept = [records[i] for i in keep_index]
+        if tombstones and horizon is None:
+            horizon = now_ms + delete_retention
+            return _rebuild(h, kept, horizon), horizon
+        return _rebuild(h, kept, horizon), horizon if tombstones else None
+
+    def _swap(self, plog: PartitionLog, old: list[LogSegment], cleaned: LogSegment) -> None:
+        """Kafka's replaceSegments, in one synchronous step on the owner's thread."""
+        current = plog.segments
+        if plog.closed or plog.deleted or not old or old[0] not in current:
+            raise _SwapAbandoned("the log changed during the pass")
+        i = current.index(old[0])
+        if current[i:i + len(old)] != old or i + len(old) >= len(current):
+            raise _SwapAbandoned("the segments changed during the pass")
+        directory, base = plog.directory, cleaned.base_offset
+        self._step("cleaned_written")
+        _rename_segment_files(directory, base, ".cleaned", ".swap")
+        ckpt.fsync_dir(directory)
+        self._step("swap_renamed")
+        doomed = []
+        for seg in old:
+            seg.close()  # regions in flight keep the .log descriptor
+            _rename_segment_files(directory, seg.base_offset, "", ".deleted")
+            doomed += segment_paths(directory, seg.base_offset, ".deleted")
+        self._step("old_deleted")
+        _rename_segment_files(directory, base, ".swap", "")
+        ckpt.fsync_dir(directory)
+        new = LogSegment(directory, base, index_max_bytes=int(plog.config["segment.index.bytes"]),
+                         index_interval_bytes=int(plog.config["index.interval.bytes"]), active=False)
+        if not new.load_trusted():
+            new.recover()
+        plog.replace_segments(old, new)
+        self._step("swap_done")
+        delay = int(plog.config.get("file.delete.delay.ms", 60000))
+        if delay <= 0:
+            _remove_files(doomed)
+        else:
+            self._pending_deletes.append((time.monotonic() + delay / 1000, doomed))
+
+    def _step(self, name: str) -> None:
+        if self.crash_hook is not None:
+            self.crash_hook(name)
+
+
+def _crash_hook_from_env() -> Callable[[str], None] | None:
+    """The ``MINIBROKER_CLEANER_CRASH_AT`` test hook (docs/storage.md, "Compaction"), or None."""
+    at = os.environ.get(CRASH_AT_ENV, "").strip()
+    if not at:
+        return None
+    if at not in SWAP_STEPS:
+        raise ValueError(f"{CRASH_AT_ENV}={at!r}: not one of {', '.join(SWAP_STEPS)}")
+    log.warning("%s=%s: this process exits when a cleaner swap reaches that step (a test hook)",
+                CRASH_AT_ENV, at)
+
+    def crash(step: str) -> None:
+        if step == at:
+            log.warning("%s: exiting at swap step %s", CRASH_AT_ENV, step)
+            logging.shutdown()
+            os._exit(CRASH_EXIT_CODE)
+
+    return crash
+
+
+def complete_interrupted_swap(name: str, directory: str) -> None:
+    """Kafka's LogLoader at start-up: delete ``.deleted`` files; delete ``.swap`` files at or past the
+    lowest ``.cleaned`` base (an unfinished operation), then every ``.cleaned`` file; for the
+    remaining ``.swap`` segments, delete the old segment files whose base lies in
+    ``[min swap base, max swap next offset)`` and rename the ``.swap`` files to their final names."""
+    files = os.listdir(directory)
+    cleaned_bases = [int(f[:20]) for f in files if f.endswith(".cleaned") and f[:20].isdigit()]
+    min_cleaned = min(cleaned_bases, default=None)
+    for fname in files:
+        path = os.path.join(directory, fname)
+        if fname.endswith(".deleted"):
+            _remove_files([path])
+        elif fname.endswith(".swap") and min_cleaned is not None and fname[:20].isdigit() \
+                and int(fname[:20]) >= min_cleaned:
+            _remove_files([path])
+    for fname in files:
+        if fname.endswith(".cleaned"):
+            _remove_files([os.path.join(directory, fname)])
+    swaps = sorted(f for f in os.listdir(directory) if f.endswith(".log.swap") and f[:20].isdigit())
+    if not swaps:
+        return
+    low, high = None, None
+    for fname in swaps:
+        base = int(fname[:20])
+        next_offset = base
+        size = os.path.getsize(os.path.join(directory, fname))
+        with open(os.path.join(directory, fname), "rb") as f:
+            data = f.read()
+        for info in scan_entries(data, 0, size):
+            next_offset = info.last_offset + 1
+        low = base if low is None else min(low, base)
+        high = next_offset if high is None else max(high, next_offset)
+        log.info("%s: found %s from an interrupted swap; completing it", name, fname)
+    for fname in os.listdir(directory):
+        stem, ext = fname[:20], fname[20:]
+        if stem.isdigit() and ext in _SEGMENT_SUFFIXES and low <= int(stem) < max(high, low + 1):
+            log.info("%s: deleting %s, replaced by a cleaned segment", name, fname)
+            _remove_files([os.path.join(directory, fname)])
+    for fname in os.listdir(directory):
+        if fname.endswith(".swap"):
+            os.rename(os.path.join(directory, fname), os.path.join(directory, fname[: -len(".swap")]))
+    ckpt.fsync_dir(directory)

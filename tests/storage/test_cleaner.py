@@ -1,0 +1,564 @@
+"""The log cleaner at the storage level: what a pass keeps, the offset map bound, the swap protocol
+and its recovery after a crash at each step (storage/cleaner.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from minibroker.records import v2
+from minibroker.records.batches import iter_batches
+from minibroker.records.control import build_end_txn_marker
+from minibroker.records.framing import scan_entries
+from minibroker.storage import LogManager
+from minibroker.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, SWAP_STEPS, OffsetMap
+from minibroker.storage.partition_log import PartitionLog
+from minibroker.storage.txn_index import AbortedTxn
+
+NOW = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self):
+        self.ms = NOW
+
+    def __call__(self) -> float:
+        return self.ms / 1000
+
+
+def _manager(tmp_path, clock=None, **broker):
+    config = {"log.cleaner.backoff.ms": 10, **broker}
+    manager = LogManager(str(tmp_path / "data"), config, 1, clock=clock or Clock())
+    manager.load()
+    return manager
+
+
+def _topic(manager, name="t", **configs):
+    cfg = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "segment.bytes": "2000",
+           "file.delete.delay.ms": "0", **{k.replace("_", "."): str(v) for k, v in configs.items()}}
+    manager.create_topic(name, 1, cfg)
+    return manager.get_log(name, 0)
+
+
+def _append(plog, data: bytes) -> None:
+    entries = list(scan_entries(data))
+    plog.append(data, first_offset=entries[0].base_offset, last_offset=entries[-1].last_offset,
+                max_timestamp=entries[-1].max_timestamp, offset_of_max_timestamp=entries[-1].last_offset,
+                record_count=len(entries))
+
+
+def _put(plog, records, *, ts=NOW, **options) -> int:
+    """Append one batch of (key, value[, headers]) at the log end; returns its base offset."""
+    base = plog.log_end_offset
+    rows = [(base + i, ts, r[0], r[1], r[2] if len(r) > 2 else ()) for i, r in enumerate(records)]
+    _append(plog, v2.build_batch(rows, base_offset=base, **options))
+    return base
+
+
+def _batches(plog):
+    out = []
+    for seg in plog.segments:
+        with open(seg.log_path, "rb") as f:
+            data = f.read()
+        out += list(iter_batches(data))
+    return out
+
+
+def _records(plog):
+    return [(r.offset, r.key, r.value) for b in _batches(plog) for r in b.records()]
+
+
+def _latest(rows):
+    latest = {}
+    for offset, key, value in rows:
+        latest[key] = (offset, value)
+    return latest
+
+
+def test_keeps_the_latest_record_per_key_at_its_offset_with_headers_and_producer_fields(tmp_path):
+    manager = _manager(tmp_path)
+    plog = _topic(manager)
+    written = []
+    for i in range(300):
+        key = f"k{i % 7}".encode()
+        value = f"v{i}".encode()
+        base = _put(plog, [(key, value, (("h", key),))], producer_id=9, producer_epoch=2, base_sequence=i)
+        written.append((base, key, value))
+    plog.roll()
+    assert manager.cleaner.clean_now(plog)
+    rows = _records(plog)
+    assert rows == sorted(_latest(written)[k][0:1] + (k, _latest(written)[k][1]) for k in _latest(written))
+    assert len(rows) == 7
+    for batch in _batches(plog):
+        assert batch.is_valid
+        if batch.count == 0 and batch.producer_id == -1:
+            continue  # a cleaned segment's last-offset placeholder
+        assert batch.producer_id == 9 and batch.producer_epoch == 2
+        assert batch.base_sequence == batch.base_offset  # sequence i was written at offset i
+        assert all(r.headers == (("h", r.key),) for r in batch.records())
+    assert plog.log_end_offset == 300
+    # reads go through the rebuilt indexes, and skip the gaps
+    assert plog.read(rows[0][0], 100).first_offset == rows[0][0]
+    assert plog.read(rows[0][0] - 1, 10**6).first_offset <= rows[0][0]
+    with open(os.path.join(manager.log_dirs[0], CLEANER_OFFSET_CHECKPOINT)) as f:
+        ckpt = f.read().split("\n")
+    assert ckpt[:3] == ["0", "1", f"t 0 {plog.segments[-1].base_offset}"]
+    names = os.listdir(plog.directory)
+    assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))]
+    # a clean restart trusts the cleaned segments; the data is the same
+    manager.close()
+    again = _manager(tmp_path)
+    assert _records(again.get_log("t", 0)) == rows
+    again.close()
+
+
+def test_a_batch_keeps_its_base_offset_and_last_offset_delta(tmp_path):
+    manager = _manager(tmp_path)
+    plog = _topic(manager)
+    _put(plog, [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")], producer_id=4, producer_epoch=0, base_sequence=0)
+    _put(plog, [(b"a", b"2"), (b"c", b"2")])
+    plog.roll()
+    manager.cleaner.clean_now(plog)
+    first = _batches(plog)[0]
+    assert (first.base_offset, first.last_offset, first.count) == (0, 2, 1)
+    assert first.last_sequence == 2  # the producer's last sequence survives
+    assert [(r.offset, r.key) for r in first.records()] == [(1, b"b")]
+    manager.close()
+
+
+def test_a_producers_last_batch_stays_as_an_empty_batch(tmp_path):
+    manager = _manager(tmp_path)
+    plog = _topic(manager)
+    _put(plog, [(b"a", b"1")], producer_id=4, producer_epoch=1, base_sequence=0)
+    _put(plog, [(b"b", b"1")], producer_id=4, producer_epoch=1, base_sequence=1)
+    _put(plog, [(b"b", b"2")])  # no producer id: supersedes producer 4's last batch
+    plog.roll()
+    manager.cleaner.clean_now(plog)
+    batches = _batches(plog)
+    assert [(b.base_offset, b.count, b.producer_id) for b in batches] == [(0, 1, 4), (1, 0, 4), (2, 1, -1)]
+    assert batches[1].base_sequence == 1 and batches[1].is_valid
+    manager.close()
+
+
+def test_tombstones_stay_for_delete_retention_ms_after_the_clean_then_go(tmp_path):
+    clock = Clock()
+    manager = _manager(tmp_path, clock)
+    plog = _topic(manager, delete_retention_ms=1000)
+    _put(plog, [(b"a", b"1"), (b"b", b"1")])
+    _put(plog, [(b"a", None)])
+    plog.roll()
+    manager.cleaner.clean_now(plog)
+    assert [(o, k, v) for o, k, v in _records(plog)] == [(1, b"b", b"1"), (2, b"a", None)]
+    tomb = _batches(plog)[-1]
+    assert tomb.attributes & v2.DELETE_HORIZON_MASK
+    assert v2.BatchHeader(tomb.buf, tomb.position).base_timestamp == NOW + 1000
+    clock.ms += 500
+    assert manager.cleaner.grab_filthiest(clock.ms) is None
+    manager.cleaner.clean_now(plog)
+    assert (2, b"a", None) in _records(plog)
+    clock.ms += 600  # past the horizon: the next pass is due without new dirty data and removes it
+    assert manager.cleaner.grab_filthiest(clock.ms) is not None
+    manager.cleaner.clean_now()
+    assert _records(plog) == [(1, b"b", b"1")]
+    manager.close()
+
+
+def test_aborted_transactions_go_and_markers_stay_then_go(tmp_path):
+    clock = Clock()
+    manager = _manager(tmp_path, clock)
+    plog = _topic(manager, delete_retention_ms=1000)
+    txn = {"producer_id": 7, "producer_epoch": 0, "is_transactional": True}
+    _put(plog, [(b"a", b"aborted")], base_sequence=0, **txn)  # 0
+    _append(plog, build_end_txn_marker(commit=False, producer_id=7, producer_epoch=0, coordinator_epoch=0,
+                                       timestamp=NOW, base_offset=1))  # 1
+    plog.add_aborted_txn(AbortedTxn(7, 0, 1, 2))
+    _put(plog, [(b"a", b"committed")], base_sequence=1, **txn)  # 2
+    _append(plog, build_end_txn_marker(commit=True, producer_id=7, producer_epoch=0, coordinator_epoch=0,
+                                       timestamp=NOW, base_offset=3))  # 3
+    _put(plog, [(b"b", b"plain")])  # 4
+    plog.roll()
+    manager.cleaner.clean_now(plog)
+    batches = _batches(plog)
+    # the aborted data went; its marker stays (with its txn index entry) while data was just removed
+    assert [(b.base_offset, b.is_control) for b in batches] == [(1, True), (2, False), (3, True), (4, False)]
+    assert plog.collect_aborted_transactions(0, 5) == [AbortedTxn(7, 0, 1, 2)]
+    manager.cleaner.clean_now(plog)  # the abort marker has no data left: its horizon starts
+    assert v2.BatchHeader(_batches(plog)[0].buf, _batches(plog)[0].position).has_delete_horizon
+    _put(plog, [(b"a", b"later")])  # supersedes the committed record: the commit marker loses its data
+    plog.roll()
+    manager.cleaner.clean_now(plog)
+    clock.ms += 2000
+    manager.cleaner.clean_now(plog)
+    manager.cleaner.clean_now(plog)
+    batches = _batches(plog)
+    # producer 7's last data batch stays as an empty batch (its sequence), and, as in Kafka, the commit
+    # marker after it stays while that batch does; the abort marker and all other transactional data go
+    assert [(b.base_offset, b.is_control, b.count, b.producer_id) for b in batches if b.producer_id >= 0
+            or b.count] == [(2, False, 0, 7), (3, True, 1, 7), (4, False, 1, -1), (5, False, 1, -1)]
+    assert plog.collect_aborted_transactions(0, 6) == []
+    manager.close()
+
+
+def test_an_open_transaction_bounds_the_cleaning(tmp_path):
+    manager = _manager(tmp_path)
+    plog = _topic(manager)
+    _put(plog, [(b"a", b"1")])
+    _put(plog, [(b"a", b"open")], producer_id=3, producer_epoch=0, base_sequence=0, is_transactional=True)
+    _put(plog, [(b"a", b"3")])
+    plog.roll()
+    manager.cleaner.clean_now(plog)
+    assert [o for o, _, _ in _records(plog)] == [0, 1, 2]  # nothing at or past offset 1 was cleanable
+    manager.close()
+
+
+def test_a_small_offset_map_cleans_in_several_passes(tmp_path):
+    manager = _manager(tmp_path, **{"log.cleaner.dedupe.buffer.size": 24 * 10,
+                                    "log.cleaner.io.buffer.load.factor": 1.0})
+    assert manager.cleaner.settings.dedupe_buffer_size == 240
+    plog = _topic(manager, segment_bytes=100_000)
+    written = []
+    for round_ in range(3):
+        for k in range(35):
+            key, value = f"key-{k}".encode(), f"{round_}".encode()
+            written.append((_put(plog, [(key, value)]), key, value))
+    plog.roll()
+    passes = 0
+    while manager.cleaner.grab_filthiest() is not None:
+        manager.cleaner.clean_now()
+        passes += 1
+        assert passes < 20
+    assert passes >= 4
+    latest = _latest(written)
+    assert _records(plog) == sorted((o, k, v) for k, (o, v) in latest.items())
+    manager.close()
+
+
+def test_offset_map_bound():
+    m = OffsetMap(24 * 100, 0.5)
+    assert m.slots == 100 and m.max_entries == 50
+    assert m.has_room_for(50) and not m.has_room_for(51)
+    m.put(b"x", 3)
+    assert m.get(b"x") == 3 and m.get(b"y") == -1
+
+
+def test_small_segments_are_grouped_up_to_segment_bytes(tmp_path):
+    manager = _manager(tmp_path)
+    plog = _topic(manager, segment_bytes=400)
+    for i in range(40):
+        _put(plog, [(f"k{i % 4}".encode(), b"x" * 30)])
+    plog.roll()
+    before = len(plog.segments)
+    manager.cleaner.clean_now(plog)  # groups by the segments' sizes before cleaning, as Kafka
+    after_one = len(plog.segments)
+    assert before > 5 and after_one == before  # each full segment is its own group
+    manager.cleaner.clean_now(plog)  # now small: merged further
+    assert len(plog.segments) < after_one
+    assert [k for _, k, _ in _records(plog)] == [b"k0", b"k1", b"k2", b"k3"]
+    assert [k for _, k, _ in _records(plog)] == [b"k0", b"k1", b"k2", b"k3"]
+    manager.close()
+
+
+def test_the_active_segment_is_never_cleaned_and_delete_policy_alone_is_not_compacted(tmp_path):
+    manager = _manager(tmp_path)
+    plog = _topic(manager)
+    for i in range(10):
+        _put(plog, [(b"a", str(i).encode())])
+    assert manager.cleaner.grab_filthiest() is None
+    other = _topic(manager, "d", cleanup_policy="delete")
+    for i in range(10):
+        _put(other, [(b"a", str(i).encode())])
+    other.roll()
+    assert manager.cleaner.grab_filthiest() is None
+    manager.close()
+
+
+def test_compact_delete_applies_retention_too(tmp_path):
+    clock = Clock()
+    manager = _manager(tmp_path, clock)
+    plog = _topic(manager, cleanup_policy="compact,delete", retention_ms=1000)
+    for i in range(10):
+        _put(plog, [(b"a", str(i).encode())])
+    plog.roll()
+    manager.cleaner.clean_now(plog)
+    assert len(_records(plog)) == 1
+    clock.ms += 5000
+    assert plog.apply_retention(clock.ms) == 1
+    manager.close()
+
+
+def test_v0_v1_logs_are_skipped_with_a_reason(tmp_path, caplog):
+    from minibroker.records.legacy import build_message_set
+
+    manager = _manager(tmp_path)
+    plog = _topic(manager)
+    data = build_message_set(1, [(0, NOW, b"a", b"1"), (1, NOW, b"a", b"2")])
+    _append(plog, data)
+    plog.roll()
+    assert manager.cleaner.clean_now(plog)
+    assert "only v2 batches are compacted" in caplog.text
+    assert manager.cleaner.grab_filthiest() is None  # not picked again
+    manager.close()
+
+
+def _fill(plog, rounds=4, keys=12):
+    written = []
+    for round_ in range(rounds):
+        for k in range(keys):
+            key, value = f"key-{k}".encode(), f"{round_}-{k}".encode()
+            written.append((_put(plog, [(key, value)]), key, value))
+    return written
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step", SWAP_STEPS)
+def test_a_crash_at_each_swap_step_leaves_old_or_new_segments(tmp_path, step):
+    for attempt in range(3):  # repeated: each restart must find a consistent log and clean again
+        data = tmp_path / f"run{attempt}"
+        data.mkdir()
+        manager = _manager(data)
+        plog = _topic(manager, segment_bytes=600)
+        written = _fill(plog)
+        plog.roll()
+        written += _fill(plog, rounds=1)
+        plog.roll()
+        expected = _latest(written)
+
+        def crash(name, step=step):
+            if name == step:
+                raise Crash(name)
+
+        manager.cleaner.crash_hook = crash
+        with pytest.raises(Crash):
+            manager.cleaner.clean_now(plog)
+        # kill -9: nothing closed, no clean-shutdown marker; the next start recovers from the files
+        reopened = _manager(data)
+        plog2 = reopened.get_log("t", 0)
+        names = os.listdir(plog2.directory)
+        assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))], names
+        rows = _records(plog2)
+        offsets = [o for o, _, _ in rows]
+        assert offsets == sorted(set(offsets))  # no record twice
+        assert {k: (o, v) for k, (o, v) in _latest(rows).items()} == expected  # every latest value
+        assert {(o, k, v) for o, k, v in rows} <= set(written)
+        reopened.cleaner.clean_now(plog2)
+        assert _records(plog2) == sorted((o, k, v) for k, (o, v) in expected.items())
+        reopened.close()
+
+
+def test_recovery_completes_a_swap_whose_old_segments_were_not_yet_renamed(tmp_path):
+    manager = _manager(tmp_path)
+    plog = _topic(manager, segment_bytes=600)
+    written = _fill(plog)
+    plog.roll()
+
+    def crash(name):
+        if name == "swap_renamed":
+            raise Crash(name)
+
+    manager.cleaner.crash_hook = crash
+    with pytest.raises(Crash):
+        manager.cleaner.clean_now(plog)
+    assert [n for n in os.listdir(plog.directory) if n.endswith(".swap")]
+    reopened = PartitionLog.open(plog.directory, "t", 0, plog.topic_id, plog.config)
+    rows = _records(reopened)  # the swap was completed: segment 0's records (all superseded) are gone
+    assert rows[0][0] == 7 and len(rows) == len(written) - 7
+    assert _latest(_records(reopened)) == _latest(written)
+    reopened.close()
+
+
+# ---- the worker thread (clean_once) and the key walk ------------------------------------------------
+
+@pytest.fixture
+def switch_interval():
+    import sys
+
+    before = sys.getswitchinterval()
+    yield
+    sys.setswitchinterval(before)  # the cleaner lowers it process-wide
+
+
+def _compacted(tmp_path):
+    manager = _manager(tmp_path)
+    plog = _topic(manager, segment_bytes=600)
+    written = _fill(plog)
+    plog.roll()
+    return manager, plog, written
+
+
+def test_clean_once_runs_the_pass_in_one_worker_thread_and_swaps_on_the_loop(tmp_path, switch_interval):
+    import sys
+    import threading
+
+    from minibroker.storage import cleaner as cleaner_module
+
+    manager, plog, written = _compacted(tmp_path)
+    cleaner = manager.cleaner
+    threads = {"walk": set(), "swap": set()}
+    walk, swap = cleaner_module._record_keys, cleaner._swap
+
+    def record_keys(*args):
+        threads["walk"].add(threading.get_ident())
+        return walk(*args)
+
+    def on_swap(*args):
+        threads["swap"].add(threading.get_ident())
+        return swap(*args)
+
+    cleaner._swap = on_swap
+
+    async def main():
+        assert await cleaner.clean_once()
+        assert cleaner._executor is not None and sys.getswitchinterval() <= 0.001
+        await cleaner.aclose()
+        assert cleaner._executor is None
+
+    original = cleaner_module._record_keys
+    cleaner_module._record_keys = record_keys
+    try:
+        asyncio_run(main())
+    finally:
+        cleaner_module._record_keys = original
+    loop_thread = threading.get_ident()
+    assert threads["swap"] == {loop_thread}
+    assert len(threads["walk"]) == 1 and loop_thread not in threads["walk"]
+    assert _records(plog) == sorted((o, k, v) for k, (o, v) in _latest(written).items())
+    assert not [n for n in os.listdir(plog.directory) if n.endswith((".cleaned", ".swap"))]
+    manager.close()
+
+
+def _pause_first_group(cleaner, after=False):
+    """Hold the worker before (``after``: once it wrote) the first group's cleaned segment, until
+    ``proceed``."""
+    import threading
+
+    reached, proceed = threading.Event(), threading.Event()
+    clean_group = cleaner._clean_group
+
+    def job(*args):
+        if reached.is_set():
+            return clean_group(*args)
+        out = clean_group(*args) if after else None
+        reached.set()
+        proceed.wait(10)
+        return out if after else clean_group(*args)
+
+    cleaner._clean_group = job
+    return reached, proceed
+
+
+async def _until(event):
+    import asyncio
+
+    for _ in range(5000):
+        if event.is_set():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the worker never got there")
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["while-reading", "before-the-swap"])
+def test_a_pass_whose_segments_go_meanwhile_is_abandoned_and_its_cleaned_files_removed(tmp_path, after,
+                                                                                      switch_interval):
+    manager, plog, written = _compacted(tmp_path)
+    cleaner = manager.cleaner
+    before = _records(plog)
+    second = plog.segments[1].base_offset
+    reached, proceed = _pause_first_group(cleaner, after)
+
+    async def main():
+        import asyncio
+
+        task = asyncio.create_task(cleaner.clean_once())
+        await _until(reached)
+        assert bool([n for n in os.listdir(plog.directory) if n.endswith(".cleaned")]) == after
+        plog.delete_records_before(second)  # on the loop, while the worker cleans: segment 0 goes
+        proceed.set()
+        assert await task
+        await cleaner.aclose()
+
+    asyncio_run(main())
+    assert cleaner.stats.aborted_swaps == 1
+    assert _records(plog) == [r for r in before if r[0] >= second]  # nothing swapped in
+    assert cleaner.first_dirty_offset(plog) == -1  # no checkpoint: the next pass starts over
+    assert not [n for n in os.listdir(plog.directory) if n.endswith((".cleaned", ".swap"))]
+    manager.close()
+
+
+def test_closing_the_cleaner_stops_the_worker_and_removes_its_cleaned_files(tmp_path, switch_interval):
+    manager, plog, written = _compacted(tmp_path)
+    cleaner = manager.cleaner
+    before = _records(plog)
+    reached, proceed = _pause_first_group(cleaner)
+
+    async def main():
+        import asyncio
+
+        task = cleaner.start()  # its first pass takes the log
+        await _until(reached)
+        closing = asyncio.create_task(cleaner.aclose())
+        await asyncio.sleep(0.01)
+        assert not closing.done()  # waits for the job in flight
+        proceed.set()  # the job starts, sees the stop at its first entry and gives up
+        await closing
+        assert task.cancelled()
+
+    asyncio_run(main())
+    assert cleaner._executor is None
+    assert _records(plog) == before
+    assert not [n for n in os.listdir(plog.directory) if n.endswith((".cleaned", ".swap"))]
+    manager.close()
+
+
+def test_the_worker_reads_only_the_file_the_loop_gave_it(tmp_path):
+    from minibroker.storage.cleaner import _segment_ref, _SegmentReader, _SwapAbandoned
+
+    manager, plog, _ = _compacted(tmp_path)
+    ref = _segment_ref(plog.segments[0])
+    with _SegmentReader(ref) as f:
+        assert os.pread(f.fileno(), 8, 0) == bytes(8)  # base offset 0
+    os.rename(ref.path, ref.path + ".moved")  # another file now at that path
+    with open(ref.path, "wb") as f:
+        f.write(b"\0" * ref.size)
+    with pytest.raises(_SwapAbandoned):
+        _SegmentReader(ref)
+    os.unlink(ref.path)
+    with pytest.raises(_SwapAbandoned):
+        _SegmentReader(ref)
+    os.rename(ref.path + ".moved", ref.path)
+    manager.close()
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_the_key_walk_gives_what_the_full_decode_gives(codec):
+    import random
+
+    from minibroker.records.framing import read_entry
+    from minibroker.storage.cleaner import _record_keys, _records_section
+
+    rnd = random.Random(codec)
+    for _ in range(40):
+        rows = []
+        for i in range(rnd.randint(1, 30)):
+            key = None if rnd.random() < 0.2 else os.urandom(rnd.choice([0, 1, 5, 100, 300]))
+            value = None if rnd.random() < 0.2 else b"x" * rnd.choice([0, 3, 200, 5000, 70000])
+            headers = tuple((f"h{j}", b"v" * rnd.choice([0, 10, 300])) for j in range(rnd.choice([0, 2])))
+            rows.append((500 + i, NOW + rnd.randrange(-10**6, 10**9), key, value, headers))
+        data = v2.build_batch(rows, base_offset=500, compression=codec)
+        h = v2.BatchHeader(data, 0)
+        buf, start, end = _records_section(data, read_entry(data, 0), h)
+        spans = _record_keys(buf, start, end, h.record_count)
+        decoded = v2.batch_records(data, 0)
+        assert [(500 + d, None if s < 0 else bytes(buf[s:e]), null) for d, s, e, null in spans] == \
+            [(r.offset, r.key, r.value is None) for r in decoded]
+        assert _record_keys(buf, start, end - 1, h.record_count) is None  # cut short: decode instead
+        assert _record_keys(buf, start, end, h.record_count + 1) is None
+
+
+def asyncio_run(coro):
+    import asyncio
+
+    return asyncio.run(coro)
