@@ -658,3 +658,164 @@ def test_pages_tile_the_segment_forwards_and_backwards(tmp_path):
     assert server.answer("/p/paged-0/data.json?offset=x")[0] == 400
     assert server.answer("/p/missing-0/")[0] == 404
     server.httpd.server_close()
+
+
+# ---------------------------------------------------------------------------------------------
+# a compacted partition: cleaned segments, offset gaps, header-only batches, delete horizons
+
+
+def read_v2_headers(path) -> list[dict]:
+    """Each v2 batch's header fields the cleaner shapes, with struct (the layout of KIP-98)."""
+    data = read_bytes(path)
+    out, pos = [], 0
+    while len(data) - pos >= 61:
+        base, length, _, magic, _, attrs, delta, base_ts, _, pid = struct.unpack_from(
+            ">qiibIhiqqq", data, pos)
+        assert magic == 2
+        count = struct.unpack_from(">i", data, pos + 57)[0]
+        out.append({"position": pos, "size": 12 + length, "first": base, "last": base + delta, "count": count,
+                    "horizon": base_ts if attrs & 0x40 else None, "producer_id": pid})
+        pos += 12 + length
+    return out
+
+
+def read_cleaner_checkpoint(data_dir, topic: str, partition: int = 0) -> int | None:
+    """``cleaner-offset-checkpoint``: a version line, a count line, then ``topic partition offset``."""
+    try:
+        with open(os.path.join(data_dir, "cleaner-offset-checkpoint")) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    assert lines[0] == "0"
+    for line in lines[2:2 + int(lines[1])]:
+        t, p, offset = line.split(" ")
+        if (t, int(p)) == (topic, partition):
+            return int(offset)
+    return None
+
+
+def expected_gaps(headers: list[dict], base: int, next_base: int | None, checkpoint: int) -> list[list]:
+    """[first, last, where, compacted] of every offset no batch holds, in the order the page lists them."""
+    gaps = []
+    if headers and headers[0]["first"] > base:
+        gaps.append([base, headers[0]["first"] - 1, "segment-start"])
+    for prev, b in zip(headers, headers[1:], strict=False):
+        if b["first"] > prev["last"] + 1:
+            gaps.append([prev["last"] + 1, b["first"] - 1, "between"])
+    if headers and next_base is not None and next_base > headers[-1]["last"] + 1:
+        gaps.append([headers[-1]["last"] + 1, next_base - 1, "segment-end"])
+    return [[first, last, where, last < checkpoint] for first, last, where in gaps]
+
+
+def test_a_cleaned_segment_shows_its_gaps_header_only_batches_and_delete_horizon(minibroker_factory, tab,
+                                                                                 tmp_path):
+    from kafka import KafkaProducer
+
+    broker = minibroker_factory({"log.cleaner.backoff.ms": "100"})
+    topic, segment_ms = "compacted", 1500
+    broker.create_topic(topic, 1, {
+        "cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "600000", "segment.ms": str(segment_ms), "file.delete.delay.ms": "100"})
+    partition = os.path.join(broker.data_dir, f"{topic}-0")
+
+    def logs() -> list[str]:
+        return sorted(n for n in os.listdir(partition) if re.fullmatch(r"\d{20}\.log", n))
+
+    # an idempotent producer's one batch (offsets 0..2), all of whose keys are overwritten later: the
+    # clean keeps it as a header-only batch
+    idempotent = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, enable_idempotence=True,
+                               linger_ms=100)
+    sent = [idempotent.send(topic, key=b"e%d" % i, value=b"first", partition=0) for i in range(3)]
+    idempotent.flush()
+    assert [f.get(10).offset for f in sent] == [0, 1, 2]
+    idempotent.close()
+    plain = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, batch_size=1, linger_ms=0)
+    sent = [plain.send(topic, key=b"e%d" % i, value=b"second", partition=0) for i in range(3)]
+    sent += [plain.send(topic, key=b"k%d" % (i % 5), value=b"v%03d" % i, partition=0) for i in range(40)]
+    sent.append(plain.send(topic, key=b"k0", value=None, partition=0))  # a tombstone: kept, with a horizon
+    plain.flush()
+    tombstone = sent[-1].get(10).offset
+    plain.close()
+    time.sleep(segment_ms / 1000 + 0.2)  # segment.ms passes: the next append rolls, the rest is cleanable
+    roll = broker.produce(topic, [b"r"], key=b"roll", partition=0)[0]
+    assert int(logs()[-1][:20]) == roll
+
+    deadline = time.monotonic() + 30
+    while True:  # until the checkpoint reached the active segment and the files show the clean
+        checkpoint = read_cleaner_checkpoint(broker.data_dir, topic)
+        names = logs()
+        bases = [int(n[:20]) for n in names]
+        headers = {int(n[:20]): read_v2_headers(os.path.join(partition, n)) for n in names}
+        cleaned = [b for b in bases[:-1] if checkpoint is not None and checkpoint >= bases[-1]]
+        if cleaned and any(expected_gaps(headers[b], b, None, checkpoint) for b in cleaned) and all(
+                not n.endswith((".cleaned", ".swap", ".deleted")) for n in os.listdir(partition)):
+            break
+        assert time.monotonic() < deadline, (checkpoint, logs())
+        time.sleep(0.1)
+    assert checkpoint == roll == bases[-1]
+    next_bases = dict(zip(bases, [*bases[1:], None], strict=True))
+    all_headers = [h for b in cleaned for h in headers[b]]
+    by_producer = [(h["first"], h["last"], h["count"], h["size"])
+                   for h in all_headers if h["producer_id"] >= 0]
+    assert by_producer[:1] == [(0, 2, 0, 61)], "the idempotent producer's last batch, emptied"
+    assert [h["first"] for h in all_headers if h["horizon"] is not None] == [tombstone]
+
+    gap_rows = ("els => els.map(e => [+e.dataset.first, +e.dataset.last, e.dataset.where,"
+                " e.dataset.compacted === 'true'])")
+    seen_gaps = seen_header_only = seen_horizon = 0
+    for base in cleaned:
+        out = tmp_path / f"cleaned-{base}.html"
+        assert explain(partition, "--segment", base, "-o", out) == 0
+        page = tab(out.as_uri())
+        want = headers[base]
+        assert page.batches() == [[h["position"], h["first"], h["last"]] for h in want]
+        assert page.page.get_attribute("#segment-cleaned", "data-checkpoint") == str(checkpoint)
+        assert "cleaned" in page.page.inner_text("#segment-cleaned")
+        assert page.page.get_attribute("#fact-cleaner-checkpoint", "data-offset") == str(checkpoint)
+        assert page.page.get_attribute(f'.segment-link[data-base="{base}"]', "data-cleaned") == "true"
+        assert page.page.get_attribute(f'.segment-link[data-base="{roll}"]', "data-cleaned") is None
+        gaps = expected_gaps(want, base, next_bases[base], checkpoint)
+        assert page.page.eval_on_selector_all(".gap-marker", gap_rows) == gaps
+        texts = page.page.eval_on_selector_all(".gap-marker", "els => els.map(e => e.textContent)")
+        for (first, last, _, _), text in zip(gaps, texts, strict=True):
+            offsets = f"offset {first:,}" if first == last else f"offsets {first:,} … {last:,}"
+            assert text.startswith(offsets + " removed by compaction"), text
+        for first, last, where, _ in gaps:  # a fetch in a gap gets the batch after it
+            if where != "segment-end":
+                got = page.lookup(first)
+                assert got["targets"] == [next(h["position"] for h in want if h["first"] > last)]
+                assert "offset gap" in got["text"]
+        for h in want:
+            card = page.page.locator(f'.batch[data-position="{h["position"]}"]')
+            badge = card.locator(".badge.header-only")
+            if h["count"] == 0:
+                kind = "producer" if h["producer_id"] >= 0 else "placeholder"
+                assert badge.get_attribute("data-kind") == kind
+                seen_header_only += 1
+            else:
+                assert badge.count() == 0
+            horizon = card.locator(".badge.horizon")
+            if h["horizon"] is not None:
+                assert int(horizon.get_attribute("data-horizon")) == h["horizon"]
+                when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(h["horizon"] / 1000))
+                assert when in horizon.inner_text()
+                seen_horizon += 1
+            else:
+                assert horizon.count() == 0
+        seen_gaps += len(gaps)
+        if gaps:
+            page.page.evaluate("document.querySelector('.gap-marker').scrollIntoView({block: 'center'})")
+            page.page.screenshot(path=artifact_path(tmp_path, f"explain-cleaned-{base}.png"))
+        assert page.problems() == []
+    assert seen_gaps and seen_header_only and seen_horizon == 1
+
+    # the active segment: not cleaned, the checkpoint drawn where the dirty section starts
+    out = tmp_path / "active.html"
+    assert explain(partition, "-o", out) == 0
+    page = tab(out.as_uri())
+    assert page.page.locator("#segment-cleaned").count() == 0
+    assert page.page.eval_on_selector_all(".gap-marker", gap_rows) == []
+    assert page.page.get_attribute("#checkpoint-marker", "data-offset") == str(checkpoint)
+    after = "() => document.getElementById('checkpoint-marker').nextElementSibling.dataset.baseOffset"
+    assert page.page.evaluate(after) == str(roll)
+    assert page.problems() == []

@@ -151,6 +151,20 @@ class PartitionFiles:
                 return max(offsets[(self.topic, self.partition)], first), ckpt.LOG_START_OFFSET_CHECKPOINT
         return first, "first segment's base offset"
 
+    def cleaner_checkpoint(self) -> int | None:
+        """This partition's entry in the data dir's ``cleaner-offset-checkpoint`` (the log cleaner's
+        first dirty offset: every offset below it has been cleaned), or None (no entry, no file)."""
+        if self.topic is None:
+            return None
+        from minibroker.storage import checkpoints as ckpt
+        from minibroker.storage.cleaner import CLEANER_OFFSET_CHECKPOINT
+
+        try:
+            offsets = ckpt.read_offset_checkpoint(os.path.join(self.data_dir, CLEANER_OFFSET_CHECKPOINT))
+        except (ckpt.CheckpointError, OSError):
+            return None
+        return offsets.get((self.topic, self.partition))
+
     def topic_overrides(self) -> dict[str, str]:
         """The topic's config overrides from ``minibroker-topics.json`` in the data dir, if any."""
         if self.topic is None:
@@ -558,6 +572,8 @@ def describe_batch(view: SegmentView, info, inner_budget: list[int]) -> dict:
         "fields": entry_fields(raw, 0, len(raw)),
         "crc_valid": None,
     }
+    if info.magic == 2 and len(raw) >= 61:
+        d.update(_v2_cleaner_facts(raw))
     if not whole or len(raw) < info.size:
         d["note"] = f"{info.size} bytes: header only, CRC not checked (batches over {FULL_READ_LIMIT} bytes)"
         return d
@@ -595,6 +611,61 @@ def describe_batch(view: SegmentView, info, inner_budget: list[int]) -> dict:
         first_inner = inner[0].offset
         d["base_offset"] = first_inner if info.magic == 0 else wrapper.offset - (last_inner - first_inner)
     return d
+
+
+def _v2_cleaner_facts(raw: bytes) -> dict:
+    """What the log cleaner left in a v2 header: the delete horizon (attributes bit 6: baseTimestamp
+    holds deleteHorizonMs, until when the batch's tombstones and markers are kept) and, for a
+    header-only batch (record count 0, 61 bytes), which kind: a producer's last batch kept for its
+    sequence state, or (no producer) the placeholder keeping a cleaned segment's last offsets."""
+    from minibroker.records import v2
+
+    attrs = struct.unpack_from(">h", raw, v2.ATTRIBUTES_OFFSET)[0]
+    out: dict = {}
+    if attrs & v2.DELETE_HORIZON_MASK:
+        out["delete_horizon_ms"] = struct.unpack_from(">q", raw, v2.BASE_TIMESTAMP_OFFSET)[0]
+    if struct.unpack_from(">i", raw, v2.RECORDS_COUNT_OFFSET)[0] == 0:
+        producer_id = struct.unpack_from(">q", raw, v2.PRODUCER_ID_OFFSET)[0]
+        out["header_only"] = {
+            "kind": "producer" if producer_id >= 0 else "placeholder",
+            "producer_id": producer_id,
+            "producer_epoch": struct.unpack_from(">h", raw, v2.PRODUCER_EPOCH_OFFSET)[0],
+            "base_sequence": struct.unpack_from(">i", raw, v2.BASE_SEQUENCE_OFFSET)[0],
+            "control": bool(attrs & 0x20),
+        }
+    return out
+
+
+def offset_gaps(batches: list[dict], *, at_segment_start: int | None, next_base: int | None,
+                checkpoint: int | None) -> list[dict]:
+    """The offsets no batch of this window holds: between consecutive batches, before the first
+    (``at_segment_start``: the segment's base, when the window starts the segment) and after the last
+    (``next_base``: the next segment's base, when the window ends the segment). ``compacted``: the
+    gap lies below the cleaner checkpoint, its offsets removed by compaction. A v0/v1 wrapper too
+    big to open has no known first offset: no gap is drawn before it."""
+
+    def gap(first: int, last: int, position: int, where: str) -> dict:
+        return {"first": first, "last": last, "position": position, "where": where,
+                "compacted": checkpoint is not None and last < checkpoint}
+
+    out: list[dict] = []
+    if not batches:
+        return out
+
+    def base_known(b: dict) -> bool:
+        return b["magic"] == 2 or b["count"] is not None
+
+    first = batches[0]
+    if at_segment_start is not None and base_known(first) and first["base_offset"] > at_segment_start:
+        out.append(gap(at_segment_start, first["base_offset"] - 1, first["position"], "segment-start"))
+    for prev, b in zip(batches, batches[1:], strict=False):
+        if base_known(b) and b["base_offset"] > prev["last_offset"] + 1:
+            out.append(gap(prev["last_offset"] + 1, b["base_offset"] - 1, b["position"], "between"))
+    last = batches[-1]
+    if next_base is not None and next_base > last["last_offset"] + 1:
+        end = last["position"] + last["size"]
+        out.append(gap(last["last_offset"] + 1, next_base - 1, end, "segment-end"))
+    return out
 
 
 def _search_slots(n: int, depth: int) -> set[int]:
@@ -697,6 +768,13 @@ def build_page(
             leo = last.next_offset()
     page["partition"]["log_end_offset"] = leo
     page["partition"]["high_watermark"] = leo  # a single node: the HW follows the log end at once
+    checkpoint = files.cleaner_checkpoint()
+    page["partition"]["cleaner_checkpoint"] = checkpoint
+    page["partition"]["cleanup_policy"] = overrides.get("cleanup.policy", "delete")
+    ends = dict(zip(all_bases, [*all_bases[1:], leo], strict=True))  # a segment's offsets: [base, end)
+    for s in page["segments"]:
+        s["end_offset"] = ends[s["base"]]
+        s.update(_cleaned_state(s["base"], s["end_offset"], checkpoint))
     if not bases:
         page["traces"] = _traces_for(files, append_log, None, None)
         return page
@@ -710,6 +788,8 @@ def build_page(
         raise ExplainError(f"{files.name} has no segment with base offset {segment} (it has {_short(bases)})")
     with files.open_segment(segment) as view:
         page["segment"] = _segment_facts(view, segment == all_bases[-1])
+        page["segment"]["end_offset"] = ends[segment]
+        page["segment"].update(_cleaned_state(segment, ends[segment], checkpoint))
         found = None
         if offset is not None:
             start, found = view.page_start_for_offset(offset)
@@ -718,6 +798,12 @@ def build_page(
         else:
             start = 0
         page["window"] = _window(view, start)
+        later = [b for b in all_bases if b > segment]
+        page["window"]["gaps"] = offset_gaps(
+            page["window"]["batches"], at_segment_start=segment if start == 0 else None,
+            next_base=later[0] if later and page["window"]["next_start"] is None else None,
+            checkpoint=checkpoint,
+        )
         page["index"] = _index_data(view, page["window"], offset)
         page["timeindex"] = _time_index_data(view, page["window"])
         if offset is not None:
@@ -727,6 +813,15 @@ def build_page(
         window = page["window"]
         page["traces"] = _traces_for(files, append_log, window.get("first_offset"), window.get("last_offset"))
     return page
+
+
+def _cleaned_state(base: int, end: int, checkpoint: int | None) -> dict:
+    """A segment holding offsets ``[base, end)`` against the cleaner checkpoint: ``cleaned`` when all
+    of them lie below it, ``partly_cleaned`` when the checkpoint falls inside (a pass whose offset
+    map filled stops there)."""
+    if checkpoint is None:
+        return {"cleaned": False, "partly_cleaned": False}
+    return {"cleaned": end <= checkpoint and end > base, "partly_cleaned": base < checkpoint < end}
 
 
 def _short(values: list[int]) -> str:
