@@ -195,6 +195,18 @@ def append_config_for(log_config: dict, broker_config):
     )
 
 
+def _write(plog, result) -> None:
+    """Append a validated ``AppendResult`` (offsets assigned) to the partition log."""
+    plog.append(
+        result.data,
+        first_offset=result.first_offset,
+        last_offset=result.last_offset,
+        max_timestamp=result.max_timestamp,
+        offset_of_max_timestamp=result.offset_of_max_timestamp,
+        record_count=result.record_count,
+    )
+
+
 def _sent_bytes(records) -> tuple[bytes, int] | None:
     """The head of the records before validation patches them in place (only for the byte trace)."""
     if not append_bytes_log.isEnabledFor(logging.DEBUG):
@@ -495,14 +507,7 @@ class ReplicaManager:
                 raise KafkaError(
                     ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "duplicate batch in a multi-batch request"
                 )
-        plog.append(
-            result.data,
-            first_offset=result.first_offset,
-            last_offset=result.last_offset,
-            max_timestamp=result.max_timestamp,
-            offset_of_max_timestamp=result.offset_of_max_timestamp,
-            record_count=result.record_count,
-        )
+        _write(plog, result)
         if append_log.isEnabledFor(logging.DEBUG):  # what happened to the batch: for teaching and tracing
             _log_append(topic, partition, result, produce_version, sent)
         if table is not None:
@@ -567,14 +572,7 @@ class ReplicaManager:
             bytearray(marker), next_offset=plog.log_end_offset, now_ms=now_ms, config=config,
             produce_version=PRODUCE_VERSION_FOR_MARKERS, leader_epoch=0, is_from_client=False,
         )
-        plog.append(
-            result.data,
-            first_offset=result.first_offset,
-            last_offset=result.last_offset,
-            max_timestamp=result.max_timestamp,
-            offset_of_max_timestamp=result.offset_of_max_timestamp,
-            record_count=result.record_count,
-        )
+        _write(plog, result)
         offset = result.first_offset
         completed = table.complete_txn(producer_id, producer_epoch, coordinator_epoch, offset, not commit,
                                        result.max_timestamp)
