@@ -32,6 +32,27 @@ def partition_known(broker, topic: str, partition: int) -> bool:
     return info is not None and 0 <= partition < info.partitions
 
 
+def known_partitions(broker, request, errors: dict):
+    """(topic-partition, request partition) of each partition of an offset commit request that exists;
+    the others get UNKNOWN_TOPIC_OR_PARTITION in ``errors`` (OffsetCommit and TxnOffsetCommit)."""
+    for t in request.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if partition_known(broker, t.name, p.partition_index):
+                yield tp, p
+            else:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def commit_response(request, errors: dict) -> Struct:
+    """The response of an offset commit request: each requested partition with its error code."""
+    return Struct(throttle_time_ms=0, topics=[
+        Struct(name=t.name, partitions=[
+            Struct(partition_index=p.partition_index, error_code=int(errors[(t.name, p.partition_index)]))
+            for p in t.partitions])
+        for t in request.topics])
+
+
 @handles(8, (0, 9))
 def handle_offset_commit(broker, header, request):
     version = header.api_version
@@ -39,17 +60,12 @@ def handle_offset_commit(broker, header, request):
     retention = request.retention_time_ms if 2 <= version <= 4 else -1
     errors: dict[tuple[str, int], int] = {}
     wanted: dict[tuple[str, int], OffsetCommitValue] = {}
-    for t in request.topics:
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            if not partition_known(broker, t.name, p.partition_index):
-                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            ts = p.commit_timestamp if version == 1 and p.commit_timestamp != -1 else now
-            # the expiry saturates at the int64 maximum (Java's sum would wrap: the fuzzer sent 2^63-2)
-            expire = min(ts + retention, LONG_MAX) if retention is not None and retention >= 0 else -1
-            wanted[tp] = OffsetCommitValue(p.committed_offset, p.committed_metadata or "", ts,
-                                           p.committed_leader_epoch, expire)
+    for tp, p in known_partitions(broker, request, errors):
+        ts = p.commit_timestamp if version == 1 and p.commit_timestamp != -1 else now
+        # the expiry saturates at the int64 maximum (Java's sum would wrap: the fuzzer sent 2^63-2)
+        expire = min(ts + retention, LONG_MAX) if retention is not None and retention >= 0 else -1
+        wanted[tp] = OffsetCommitValue(p.committed_offset, p.committed_metadata or "", ts,
+                                       p.committed_leader_epoch, expire)
     if wanted:
         generation = request.generation_id_or_member_epoch if version >= 1 else -1
         member_id = request.member_id if version >= 1 else ""
@@ -58,8 +74,4 @@ def handle_offset_commit(broker, header, request):
                                                        request.group_instance_id, wanted))
         except KafkaError as e:
             errors.update({tp: e.code for tp in wanted})
-    return Struct(throttle_time_ms=0, topics=[
-        Struct(name=t.name, partitions=[
-            Struct(partition_index=p.partition_index, error_code=int(errors[(t.name, p.partition_index)]))
-            for p in t.partitions])
-        for t in request.topics])
+    return commit_response(request, errors)

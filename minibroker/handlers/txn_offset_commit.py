@@ -24,9 +24,8 @@ import time
 
 from minibroker.coordinator.group_records import OffsetCommitValue
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.handlers.offset_commit import partition_known
+from minibroker.handlers.offset_commit import commit_response, known_partitions
 from minibroker.handlers.registry import handles
-from minibroker.protocol.codec import Struct
 
 
 def _commit(broker, version: int, request, wanted) -> dict[tuple[str, int], ErrorCode]:
@@ -54,15 +53,9 @@ def handle_txn_offset_commit(broker, header, request):
     now = int(time.time() * 1000)
     errors: dict[tuple[str, int], ErrorCode] = {}
     wanted: dict[tuple[str, int], OffsetCommitValue] = {}
-    for t in request.topics:
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            if not partition_known(broker, t.name, p.partition_index):
-                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            leader_epoch = p.committed_leader_epoch if version >= 2 else -1
-            wanted[tp] = OffsetCommitValue(p.committed_offset, p.committed_metadata or "", now,
-                                           leader_epoch, -1)
+    for tp, p in known_partitions(broker, request, errors):
+        leader_epoch = p.committed_leader_epoch if version >= 2 else -1
+        wanted[tp] = OffsetCommitValue(p.committed_offset, p.committed_metadata or "", now, leader_epoch, -1)
     if wanted:
         try:
             errors.update(_commit(broker, version, request, wanted))
@@ -71,8 +64,4 @@ def handle_txn_offset_commit(broker, header, request):
     if version < 2:
         errors = {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
                   else code for tp, code in errors.items()}
-    return Struct(throttle_time_ms=0, topics=[
-        Struct(name=t.name, partitions=[
-            Struct(partition_index=p.partition_index, error_code=int(errors[(t.name, p.partition_index)]))
-            for p in t.partitions])
-        for t in request.topics])
+    return commit_response(request, errors)
