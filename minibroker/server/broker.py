@@ -109,7 +109,9 @@ class Broker:
                     raise self._log_dir_error(exc) from exc
             self._start_services()
             self.socket_server = SocketServer(self, self.config)
-            self.socket_server.start([Listener(name, sock) for name, _, sock in listening])
+            protocols = self.config.security_protocol_map()
+            self.socket_server.start([Listener(name, sock, protocols.get(name, "PLAINTEXT"))
+                                      for name, _, sock in listening])
             self.bound = [Endpoint(name, host, sock.getsockname()[1]) for name, host, sock in listening]
             listening.clear()  # the socket server owns them now
             self.advertised = self._advertised_endpoints()
@@ -175,17 +177,9 @@ class Broker:
     DYNAMIC_CONFIGS_FILE = "minibroker-dynamic-configs.json"
 
     def load_dynamic_configs(self) -> None:
-        import json
+        from minibroker.storage.metadata_file import load_metadata
 
-        path = os.path.join(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE)
-        try:
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError) as e:
-            log.warning("ignoring unreadable %s: %s", path, e)
-            return
+        saved = load_metadata(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE, {})
         for layer, cluster_default in (("broker", False), ("cluster_default", True)):
             for key, value in saved.get(layer, {}).items():
                 try:
@@ -194,14 +188,11 @@ class Broker:
                     log.warning("ignoring saved dynamic config %s=%s: %s", key, value, e)
 
     def save_dynamic_configs(self) -> None:
-        import json
-
-        from minibroker.storage.checkpoints import write_atomically
+        from minibroker.storage.metadata_file import save_metadata
 
         saved = {"broker": self.config.dynamic_values(), "cluster_default": self.config.dynamic_values(
             cluster_default=True)}
-        write_atomically(os.path.join(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE),
-                         json.dumps(saved, indent=1, sort_keys=True) + "\n")
+        save_metadata(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE, saved)
 
     def validate_topic_configs(self, configs: dict) -> dict:
         from minibroker.config import validate_topic_configs

@@ -42,6 +42,7 @@ from minibroker.file_region import FileRegion
 from minibroker.handlers.api_versions import unsupported_version_body
 from minibroker.handlers.registry import HANDLERS, CloseConnection
 from minibroker.protocol import codec
+from minibroker.security.principal import ANONYMOUS
 
 log = logging.getLogger("minibroker.server")
 request_log = logging.getLogger("minibroker.request")
@@ -103,7 +104,7 @@ class MemoryPool:
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker, max_request_size: int, listener: str = "PLAINTEXT", *, address: str = "",
-                 pool: MemoryPool | None = None):
+                 pool: MemoryPool | None = None, security_protocol: str = "PLAINTEXT"):
         self.broker = broker
         self.listener = listener  # the listener name this connection came in on
         self.max_request_size = max_request_size
@@ -132,6 +133,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._send_blocked = False  # a sendfile waits for the socket to take more
         self._sock_fd_dup = -1
         self.session_ids: set[int] = set()  # fetch sessions created here (for cleanup)
+        # Who the client is (minibroker/security): User:ANONYMOUS until a client certificate or a SASL
+        # login says otherwise. Handlers read it as header.principal (authorizer, quotas).
+        self.principal = ANONYMOUS
+        self.security_protocol = security_protocol  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
 
     # -- connection lifecycle and flow control -------------------------------------------------
 
@@ -357,7 +362,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             header, body_pos = codec.decode_request_header(frame)
         except ProtocolViolation as e:
             return self._violation(f"bad request header: {e}")
-        header.peer, header.listener = self.peer, self.listener  # for client_host and advertised endpoints
+        # for client_host, advertised endpoints, the authorizer and quotas
+        header.peer, header.listener, header.principal, header.connection = (
+            self.peer, self.listener, self.principal, self)
         api_key, version = header.api_key, header.api_version
         handler = HANDLERS.get(api_key)
         if handler is None:

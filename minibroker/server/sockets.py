@@ -116,10 +116,10 @@ def resolve_ip_overrides(value: str) -> dict[str, int]:
 class Listener:
     """One bound listening socket and the listener name it serves."""
 
-    __slots__ = ("name", "sock")
+    __slots__ = ("name", "sock", "security_protocol")
 
-    def __init__(self, name: str, sock: socket.socket):
-        self.name, self.sock = name, sock
+    def __init__(self, name: str, sock: socket.socket, security_protocol: str = "PLAINTEXT"):
+        self.name, self.sock, self.security_protocol = name, sock, security_protocol
 
 
 class SocketServer:
@@ -262,7 +262,8 @@ class SocketServer:
             sock.close()
             return
         conn = KafkaConnection(self.broker, self.config["socket.request.max.bytes"], listener.name,
-                               address=address, pool=self.memory_pool)
+                               address=address, pool=self.memory_pool,
+                               security_protocol=listener.security_protocol)
         task = self._loop.create_task(self._connect(sock, conn))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
