@@ -1,0 +1,19 @@
+"""SASL authentication on SASL_PLAINTEXT and SASL_SSL listeners (docs/security.md, "SASL").
+
+- ``authenticator``: the per-connection state machine KafkaConnection asks (SaslAuthenticator), and the
+  broker-wide SaslListeners that builds it; failed-authentication logging.
+- ``settings``: each listener's mechanisms and their configuration, checked at start-up.
+- ``plain``, ``scram``, ``oauthbearer``: the mechanisms' server sides; ``jaas``: JAAS config text.
+SCRAM credentials live in minibroker/security/scram_credentials.py.
+"""
+
+from __future__ import annotations
+
+from minibroker.security.sasl.errors import SaslAuthenticationError, SaslCredentialsError, SaslFailure
+
+__all__ = ["SaslAuthenticationError", "SaslCredentialsError", "SaslFailure", "new_authenticator"]
+
+
+def new_authenticator(broker, conn):
+    """The SaslAuthenticator for a new connection on a SASL listener of ``broker``."""
+    return broker.sasl_listeners.authenticator(conn)
