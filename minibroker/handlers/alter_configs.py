@@ -10,6 +10,8 @@ Behaviour: each resource is handled on its own and all-or-nothing.
   (``log.segment.bytes``, ``log.retention.ms``, ``message.max.bytes`` ...).
 Null values are rejected (42 "Null value not supported"), a key given twice is 42, a resource
 given twice is 42. ``validate_only`` checks and changes nothing.
+Authorization (with an authorizer), as Kafka: ALTER_CONFIGS on the topic (TOPIC), else
+TOPIC_AUTHORIZATION_FAILED, or on the cluster (BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v2 flexible; nothing else differs.
 Gaps: dynamic broker values live in memory only and are lost on restart (Kafka keeps them in the
 metadata log); BROKER_LOGGER is only served by IncrementalAlterConfigs, as in Kafka.
@@ -23,11 +25,13 @@ from minibroker.handlers.describe_configs import (
     BROKER,
     TOPIC,
     check_broker_name,
+    check_config_access,
     existing_topic,
     unsupported_resource,
 )
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation
 
 
 def check_broker_value(key: str, value: str | None) -> None:
@@ -131,4 +135,8 @@ def _alter(broker, resource, validate_only: bool) -> None:
 
 @handles(33, (0, 2))
 def handle_alter_configs(broker, header, request):
-    return alter_resources(request, lambda resource, validate_only: _alter(broker, resource, validate_only))
+    def alter(resource, validate_only: bool) -> None:
+        check_config_access(broker, header, AclOperation.ALTER_CONFIGS, resource)
+        _alter(broker, resource, validate_only)
+
+    return alter_resources(request, alter)

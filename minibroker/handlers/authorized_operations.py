@@ -1,27 +1,33 @@
-"""Authorized operations, as Kafka answers them when no authorizer is configured.
+"""Authorized operations: the bit fields Metadata v8+ (topics; cluster up to v10), DescribeCluster and
+DescribeGroups v3+ carry when a request asks for them.
 
-Kafka's ``AuthHelper.authorizedOperations`` without an authorizer allows every operation the resource
-type supports (``AclEntry.supportedOperations``) and sends them as a bit field, bit ``n`` for the
-``AclOperation`` with code ``n``. minibroker has no ACLs, so this is always its answer when a request
-asks (Metadata v8+, DescribeGroups v3+, DescribeCluster); a request that does not ask gets
-``NOT_ASKED`` (INT32_MIN, the schemas' default).
+Kafka's ``AuthHelper.authorizedOperations``: for each operation the resource type supports
+(``AclEntry.supportedOperations``) that the principal is authorized for, bit ``n`` for the
+``AclOperation`` with code ``n``. Without an authorizer every supported operation is set; with one
+(minibroker/security/authorizer.py) the ACLs decide. A request that does not ask gets ``NOT_ASKED``
+(INT32_MIN, the schemas' default).
 """
 
 from __future__ import annotations
 
+from minibroker.security.acls import ResourceType
+from minibroker.security.authorizer import ALL_SUPPORTED_BITS, authorized_operations
+
 NOT_ASKED = -2147483648
 
-# AclOperation codes
-READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
-CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
+# what is answered without an authorizer
+TOPIC_OPERATIONS = ALL_SUPPORTED_BITS[ResourceType.TOPIC]
+GROUP_OPERATIONS = ALL_SUPPORTED_BITS[ResourceType.GROUP]
+CLUSTER_OPERATIONS = ALL_SUPPORTED_BITS[ResourceType.CLUSTER]
 
 
-def _bits(*operations: int) -> int:
-    return sum(1 << op for op in operations)
+def topic_operations(broker, header, name: str) -> int:
+    return authorized_operations(broker, header, ResourceType.TOPIC, name)
 
 
-TOPIC_OPERATIONS = _bits(READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS)
-# Kafka 4.0 added DESCRIBE_CONFIGS and ALTER_CONFIGS to groups (group configs, KIP-848)
-GROUP_OPERATIONS = _bits(READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS)
-CLUSTER_OPERATIONS = _bits(CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER,
-                           DESCRIBE)
+def group_operations(broker, header, group_id: str) -> int:
+    return authorized_operations(broker, header, ResourceType.GROUP, group_id)
+
+
+def cluster_operations(broker, header) -> int:
+    return authorized_operations(broker, header, ResourceType.CLUSTER)

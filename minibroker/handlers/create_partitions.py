@@ -8,6 +8,7 @@ that names another broker or a broker twice 39, a topic named twice 42 "Duplicat
 POLICY_VIOLATION "Unable to perform excessively large batch operation." for every topic, as Kafka's
 controller answers an operation of more than 10000 records (creating that many here would stall
 every client).
+Authorization (with an authorizer): ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED, as Kafka.
 Version notes: v2+ flexible encoding; nothing else differs.
 Gaps: no CreateTopicPolicy (44 comes only from the limit above), no quotas (89).
 """
@@ -19,6 +20,8 @@ from collections import Counter
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import denied
 from minibroker.topic_admin import check_new_partitions
 
 MAX_RECORDS_PER_USER_OP = 10_000  # Kafka's QuorumController: one new partition is one record
@@ -41,6 +44,12 @@ def handle_create_partitions(broker, header, request):
     counts = Counter(t.name for t in request.topics)  # a name given twice is refused (INVALID_REQUEST)
     results = []
     unique = [t for t in request.topics if counts[t.name] == 1]
+    refused = denied(broker, header, AclOperation.ALTER, ResourceType.TOPIC, (t.name for t in unique))
+    if refused:
+        results = [Struct(name=t.name, error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                          error_message="The topic authorization is failed.")
+                   for t in unique if t.name in refused]
+        unique = [t for t in unique if t.name not in refused]
     if _new_partitions(broker, unique) > MAX_RECORDS_PER_USER_OP:
         unique, results = [], [Struct(name=t.name, error_code=int(ErrorCode.POLICY_VIOLATION),
                                       error_message="Unable to perform excessively large batch operation.")

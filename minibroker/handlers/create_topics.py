@@ -9,6 +9,9 @@ partition on broker ``node.id``, contiguous indexes, and then partitions and rep
 must be -1, else 42), configs 40. A name given twice gets 42 "Found multiple entries for this
 topic." for every entry. ``validate_only`` runs the same checks and answers as a real creation
 would, without creating anything.
+Authorization (with an authorizer), as Kafka: CREATE on the cluster or on the topic, else
+TOPIC_AUTHORIZATION_FAILED "Authorization failed."; a created topic whose configs the principal may not
+DESCRIBE_CONFIGS is answered without them, topic_config_error_code TOPIC_AUTHORIZATION_FAILED.
 Version notes: v1+ validate_only and error_message; v2+ throttle time; v5+ the partition count,
 replication factor and every topic config with its source (as DescribeConfigs would give it);
 v7+ the topic id (a fresh random one for validate-only, as the controller does).
@@ -27,6 +30,8 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize, denied
 from minibroker.topic_admin import check_new_topic, topic_id_of
 from minibroker.uuids import uuid4_bytes
 
@@ -65,7 +70,16 @@ def handle_create_topics(broker, header, request):
     results = []
     unique = [t for t in request.topics if counts[t.name] == 1]
     too_many = requested_partitions(broker, unique) > MAX_PARTITIONS_PER_REQUEST
+    refused = hidden_configs = frozenset()
+    if broker.authorizer is not None:
+        if not authorize(broker, header, AclOperation.CREATE, ResourceType.CLUSTER, log_denied=False):
+            refused = denied(broker, header, AclOperation.CREATE, ResourceType.TOPIC, counts)
+        hidden_configs = denied(broker, header, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, counts,
+                                log_denied=False)
     for t in unique:
+        if refused and t.name in refused:
+            results.append(_error(t.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
+            continue
         if too_many:
             results.append(_error(t.name, ErrorCode.POLICY_VIOLATION,
                                   "Excessively large number of partitions per request."))
@@ -82,6 +96,12 @@ def handle_create_topics(broker, header, request):
                 topic_id = topic_id_of(broker.logs.create_topic(new.name, new.partitions, new.configs))
         except KafkaError as e:
             results.append(_error(t.name, e.code, e.message))
+            continue
+        if t.name in hidden_configs:  # created, but its configs are not shown
+            results.append(Struct(name=t.name, topic_id=topic_id, error_code=0, error_message=None,
+                                  topic_config_error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                                  num_partitions=new.partitions, replication_factor=new.replication_factor,
+                                  configs=[]))
             continue
         results.append(Struct(name=t.name, topic_id=topic_id, error_code=0, error_message=None,
                               topic_config_error_code=0, num_partitions=new.partitions,

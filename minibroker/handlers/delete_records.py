@@ -7,6 +7,7 @@ nothing. Per partition, as Kafka's ReplicaManager: unknown topic or partition 3,
 above the high watermark or negative (other than -1) OFFSET_OUT_OF_RANGE 1, a topic whose
 ``cleanup.policy`` lacks ``delete`` POLICY_VIOLATION 44, an internal topic 17; the low watermark
 is -1 with any error. ``timeout_ms`` is moot: the only replica is here.
+Authorization (with an authorizer): DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED, as Kafka.
 Version notes: v2 flexible; nothing else differs.
 Gaps: none known.
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import denied
 from minibroker.topic_names import is_internal
 
 
@@ -48,10 +51,14 @@ def _delete(broker, topic: str, partition: int, offset: int) -> int:
 @handles(21, (0, 2))
 def handle_delete_records(broker, header, request):
     topics = []
+    refused = denied(broker, header, AclOperation.DELETE, ResourceType.TOPIC,
+                     (t.name for t in request.topics))
     for t in request.topics:
         partitions = []
         for p in t.partitions:
             try:
+                if refused and t.name in refused:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 low = _delete(broker, t.name, p.partition_index, p.offset)
             except KafkaError as e:
                 partitions.append(

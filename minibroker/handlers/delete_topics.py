@@ -7,6 +7,8 @@ ids (v6) 100. As the KRaft controller does: a v6 entry with both a name and an i
 gets 42; a name or id given twice gets 42 "Duplicate topic name."/"Duplicate topic id."; a name
 whose id was also given gets 42. With ``delete.topic.enable=false`` every topic gets
 TOPIC_DELETION_DISABLED 73 (v3+) or INVALID_REQUEST 42 (v0-v2, which cannot carry 73).
+Authorization (with an authorizer), as Kafka: DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED (before
+telling whether it exists); a topic named by id also needs DESCRIBE, else it is answered without its name.
 Version notes: v1+ throttle time; v5+ error messages; v6 topics by name or id, answered with both.
 Gaps: committed group offsets of a deleted topic are kept until groups exist to drop them.
 """
@@ -17,7 +19,11 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
 from minibroker.topic_admin import delete_topic, topic_id_of, topic_name_for_id
+
+TOPIC_DENIED = "Topic authorization failed."
 
 
 def _result(name, topic_id, code=0, message=None) -> Struct:
@@ -60,12 +66,19 @@ def handle_delete_topics(broker, header, request):
         if name is None:
             results.append(_result(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID,
                                    "This server does not host this topic ID."))
+        elif not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            results.append(_result(None, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, TOPIC_DENIED))
+        elif not authorize(broker, header, AclOperation.DELETE, ResourceType.TOPIC, name):
+            results.append(_result(name, topic_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED, TOPIC_DENIED))
         else:
             to_delete[name] = topic_id
     topics = broker.logs.topics
     for name, n in names.items():
         if n > 1:
             results.append(_result(name, ZERO_UUID, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+            continue
+        if not authorize(broker, header, AclOperation.DELETE, ResourceType.TOPIC, name):
+            results.append(_result(name, ZERO_UUID, ErrorCode.TOPIC_AUTHORIZATION_FAILED, TOPIC_DENIED))
             continue
         info = topics.get(name)
         if info is None:

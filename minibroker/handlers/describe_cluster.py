@@ -3,7 +3,8 @@
 Behaviour: the cluster id, this broker (advertised host and port of the first listener, rack
 from ``broker.rack``) as the only broker and as controller id, as Metadata reports them. When
 asked, the cluster's authorized operations are every operation Kafka supports on the CLUSTER
-resource (no authorizer: everything is allowed).
+resource the principal is authorized for (all of them without an authorizer; 0 without DESCRIBE on
+the cluster), as Kafka answers; the request itself needs no permission.
 Version notes: v1 carries endpoint_type: 1 (brokers) is served; 2 (controllers) gets
 UNSUPPORTED_ENDPOINT_TYPE 115, as a broker listener answers it.
 Gaps: v2 (include_fenced_brokers) is not in our schema.
@@ -12,11 +13,20 @@ Gaps: v2 (include_fenced_brokers) is not in our schema.
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode
-from minibroker.handlers.authorized_operations import CLUSTER_OPERATIONS, NOT_ASKED
+from minibroker.handlers.authorized_operations import NOT_ASKED, cluster_operations
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
 
 BROKER_ENDPOINT = 1
+
+
+def _cluster_operations(broker, header) -> int:
+    """The principal's operations on the cluster, 0 without DESCRIBE on it (Kafka's AuthHelper)."""
+    if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return 0
+    return cluster_operations(broker, header)
 
 
 @handles(60, (0, 1))
@@ -32,6 +42,6 @@ def handle_describe_cluster(broker, header, request):
         cluster_id=broker.cluster_id, controller_id=broker.node_id,
         brokers=[Struct(broker_id=broker.node_id, host=endpoint.host, port=endpoint.port,
                         rack=broker.config["broker.rack"])],
-        cluster_authorized_operations=CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
-        else NOT_ASKED,
+        cluster_authorized_operations=_cluster_operations(broker, header)
+        if request.include_cluster_authorized_operations else NOT_ASKED,
     )

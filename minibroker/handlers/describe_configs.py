@@ -13,6 +13,8 @@ Behaviour: resources are answered one by one, each with its own error code.
 Any other resource type gets 42 "Unsupported resource type" at once; the GROUP (32) and
 CLIENT_METRICS (16) types Kafka 4 serves are named in the message ("Group configs are not supported
 by this broker"), as AlterConfigs and IncrementalAlterConfigs answer them too.
+Authorization (with an authorizer), as Kafka: DESCRIBE_CONFIGS on the topic (TOPIC), else
+TOPIC_AUTHORIZATION_FAILED, or on the cluster (BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v0 reports is_default instead of a source and no synonyms; v1+ sources and
 (when asked) synonyms; v3+ config types and (when asked) documentation; v4 flexible.
 Gaps: GROUP and CLIENT_METRICS resources are not served.
@@ -26,6 +28,8 @@ from minibroker.config import ConfigSource, describe_topic_configs
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
 from minibroker.topic_names import validate_topic_name
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
@@ -60,6 +64,28 @@ def unsupported_resource(rtype: int) -> KafkaError:
         return KafkaError(ErrorCode.INVALID_REQUEST,
                           f"Unsupported resource type: {rtype}. {feature} are not supported by this broker")
     return KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {rtype}")
+
+
+_CONFIG_RESOURCE_ACL = {  # config resource type -> the ACL resource its checks name, and the error
+    TOPIC: (ResourceType.TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."),
+    GROUP: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."),
+}
+_CLUSTER_ACL = (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+
+
+def check_config_access(broker, header, operation: AclOperation, resource) -> None:
+    """The config APIs' authorization, as Kafka's: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic or group
+    of a TOPIC or GROUP resource, on the cluster for BROKER, BROKER_LOGGER and CLIENT_METRICS. Raises the
+    resource type's authorization error."""
+    if broker.authorizer is None:
+        return
+    rtype = resource.resource_type
+    acl_type, error, message = _CONFIG_RESOURCE_ACL.get(rtype, _CLUSTER_ACL)
+    if rtype not in _CONFIG_RESOURCE_ACL and rtype not in (BROKER, BROKER_LOGGER, CLIENT_METRICS):
+        return  # not a config resource: answered INVALID_REQUEST by the handler
+    name = resource.resource_name if acl_type != ResourceType.CLUSTER else CLUSTER_NAME
+    if not authorize(broker, header, operation, acl_type, name):
+        raise KafkaError(error, message)
 
 
 def check_broker_name(broker, name: str) -> bool:
@@ -183,6 +209,7 @@ def handle_describe_configs(broker, header, request):
     results = []
     for resource in request.resources:
         try:
+            check_config_access(broker, header, AclOperation.DESCRIBE_CONFIGS, resource)
             configs = _describe(broker, version, resource, synonyms, docs)
         except KafkaError as e:
             results.append(

@@ -4,18 +4,22 @@ Behaviour: state, protocol type, and members of each group. In Stable the select
 member's metadata and assignment are included; in other states the protocol is "" and member
 metadata and assignments are empty, as Kafka does. An unknown group is reported as state "Dead"
 with no error (Kafka's answer before v6).
-Version notes: v3 authorized operations: when asked, every operation Kafka supports on a group (READ,
-DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS), as Kafka answers without an authorizer, for each
-group described without error; -2147483648 otherwise. v4 group.instance.id of members; v5 flexible.
-Gaps: no ACLs (everything is allowed); client_host as for JoinGroup.
+Authorization (with an authorizer): DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED for it, as Kafka.
+Version notes: v3 authorized operations: when asked, the operations the principal may do on the group of
+those Kafka supports (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS; all of them without an
+authorizer), for each group described without error; -2147483648 otherwise. v4 group.instance.id of
+members; v5 flexible.
+Gaps: client_host as for JoinGroup.
 """
 
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode
-from minibroker.handlers.authorized_operations import GROUP_OPERATIONS, NOT_ASKED
+from minibroker.handlers.authorized_operations import NOT_ASKED, group_operations
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
 
 
 @handles(15, (0, 5))
@@ -23,8 +27,13 @@ def handle_describe_groups(broker, header, request):
     asked = header.api_version >= 3 and request.include_authorized_operations
     out = []
     for group_id in request.groups:
+        if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            out.append(Struct(error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), group_id=group_id,
+                              group_state="", protocol_type="", protocol_data="",
+                              authorized_operations=NOT_ASKED, members=[]))
+            continue
         s = broker.groups.describe_group(group_id)
-        ops = GROUP_OPERATIONS if asked and s.error == ErrorCode.NONE else NOT_ASKED
+        ops = group_operations(broker, header, group_id) if asked and s.error == ErrorCode.NONE else NOT_ASKED
         out.append(Struct(
             error_code=int(s.error), group_id=s.group_id, group_state=s.state, protocol_type=s.protocol_type,
             protocol_data=s.protocol, authorized_operations=ops,

@@ -4,6 +4,8 @@ Behaviour: one result per configured log dir (absolute path, even when it holds 
 listing the asked partitions it holds (null topics = every partition) with their size in bytes
 (all segment files), offset lag 0 and is_future_key false (there are no future replicas). Asked
 partitions that do not exist are left out, as Kafka does.
+Authorization (with an authorizer): DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED (v3+; no
+results before), as Kafka.
 Version notes: v2+ flexible; v3+ top-level error code; v4+ total and usable bytes of the file
 system holding each dir.
 A dir taken offline by a failed write (full disk, I/O error; docs/reliability.md) answers
@@ -19,6 +21,8 @@ import shutil
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
 
 
 def _wanted(broker, topics):
@@ -36,6 +40,8 @@ def _wanted(broker, topics):
 
 @handles(35, (0, 4))
 def handle_describe_log_dirs(broker, header, request):
+    if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return Struct(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[])
     log_dirs = [os.path.abspath(d) for d in broker.logs.log_dirs]
     by_dir: dict[str, dict[str, list[Struct]]] = {d: {} for d in log_dirs}
     for topic, partition in _wanted(broker, request.topics):

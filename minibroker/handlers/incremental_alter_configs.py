@@ -12,6 +12,8 @@ Behaviour: per resource, all-or-nothing, operations SET 0, DELETE 1, APPEND 2, S
   42); unknown logger or level 40; APPEND/SUBTRACT 42.
 A key given twice is 42, a null value for SET/APPEND/SUBTRACT 42, a resource given twice 42.
 ``validate_only`` checks and changes nothing.
+Authorization (with an authorizer), as Kafka: ALTER_CONFIGS on the topic (TOPIC), else
+TOPIC_AUTHORIZATION_FAILED, or on the cluster (BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v1 flexible; nothing else differs.
 Gaps: dynamic broker values are not persisted across restarts (see alter_configs).
 """
@@ -39,11 +41,13 @@ from minibroker.handlers.describe_configs import (
     ROOT_LOGGER,
     TOPIC,
     check_broker_name,
+    check_config_access,
     existing_topic,
     logger_names,
     unsupported_resource,
 )
 from minibroker.handlers.registry import handles
+from minibroker.security.acls import AclOperation
 
 
 def _ops(resource) -> list[tuple[str, AlterOp, str | None]]:
@@ -128,4 +132,8 @@ def _alter(broker, resource, validate_only: bool) -> None:
 
 @handles(44, (0, 1))
 def handle_incremental_alter_configs(broker, header, request):
-    return alter_resources(request, lambda resource, validate_only: _alter(broker, resource, validate_only))
+    def alter(resource, validate_only: bool) -> None:
+        check_config_access(broker, header, AclOperation.ALTER_CONFIGS, resource)
+        _alter(broker, resource, validate_only)
+
+    return alter_resources(request, alter)

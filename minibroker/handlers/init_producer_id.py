@@ -8,6 +8,9 @@ CONCURRENT_TRANSACTIONS 51 (the client retries); a transaction completing also a
 exhausted epoch brings a new producer id. Errors: INVALID_REQUEST 42 (empty transactional id, or only
 one of producer id / epoch), INVALID_TRANSACTION_TIMEOUT 50 (outside (0,
 ``transaction.max.timeout.ms``]), COORDINATOR_LOAD_IN_PROGRESS 14 while ``__transaction_state`` loads.
+Authorization (with an authorizer), as Kafka: WRITE on the transactional id, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED; an idempotent producer (no transactional id) needs IDEMPOTENT_WRITE
+on the cluster or WRITE on some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v3 adds producer id and epoch (KIP-360: a producer resuming after an error keeps its
 id when it is still the current one, else PRODUCER_FENCED); v4 adds PRODUCER_FENCED 90, which
 v0-v3 get as INVALID_PRODUCER_EPOCH 47; v5 only adds TRANSACTION_ABORTABLE, never sent here.
@@ -20,15 +23,34 @@ from minibroker.coordinator.transaction_coordinator import fenced_error_for
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize, authorize_by_resource_type
 
 
 def _refused(code: ErrorCode) -> Struct:
     return Struct(throttle_time_ms=0, error_code=int(code), producer_id=-1, producer_epoch=-1)
 
 
+def _authorization_error(broker, header, transactional_id) -> ErrorCode | None:
+    """Kafka's checks: WRITE on the transactional id; without one (idempotence), IDEMPOTENT_WRITE on the
+    cluster or WRITE on at least one topic (KIP-679)."""
+    if transactional_id is not None:
+        if not authorize(broker, header, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return None
+    if authorize(broker, header, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, log_denied=False) \
+            or authorize_by_resource_type(broker, header, AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
 @handles(22, (0, 5))
 def handle_init_producer_id(broker, header, request):
     version = header.api_version
+    if broker.authorizer is not None:
+        refused = _authorization_error(broker, header, request.transactional_id)
+        if refused is not None:
+            return _refused(refused)
     try:
         if request.transactional_id is None:
             producer_id, epoch = broker.producer_ids.allocate(), 0

@@ -10,6 +10,7 @@ protocols get their old assignment back without a rebalance.
 Errors: INVALID_GROUP_ID 24, INVALID_SESSION_TIMEOUT 26 (outside group.min/max.session.timeout.ms),
 UNKNOWN_MEMBER_ID 25, INCONSISTENT_GROUP_PROTOCOL 23, MEMBER_ID_REQUIRED 79, FENCED_INSTANCE_ID 82,
 GROUP_MAX_SIZE_REACHED 81, COORDINATOR_LOAD_IN_PROGRESS 14 while __consumer_offsets loads.
+Authorization (with an authorizer): READ on the group, else GROUP_AUTHORIZATION_FAILED, as Kafka.
 Version notes: v0 has no rebalance timeout (the session timeout is used); v4+ unknown dynamic members
 get MEMBER_ID_REQUIRED with their new id; v5 group.instance.id; v7 protocol type in the response,
 null protocol name on errors ("" before v7); v8 reason (logged only); v9 skip_assignment for a static
@@ -19,8 +20,11 @@ Gaps: client_host is "/<ip>" only when the connection exposes its peer on the he
 
 from __future__ import annotations
 
+from minibroker.errors import ErrorCode
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
 
 
 def client_host(header) -> str:
@@ -33,6 +37,10 @@ def client_host(header) -> str:
 @handles(11, (0, 9))
 async def handle_join_group(broker, header, request):
     version = header.api_version
+    if not authorize(broker, header, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return Struct(throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                      generation_id=-1, protocol_type=None, protocol_name=None if version >= 7 else "",
+                      leader="", skip_assignment=False, member_id="", members=[])
     r = await broker.groups.join_group(
         request.group_id, request.member_id, request.group_instance_id, header.client_id or "",
         client_host(header), request.session_timeout_ms, request.rebalance_timeout_ms if version >= 1 else -1,

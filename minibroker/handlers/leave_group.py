@@ -3,6 +3,7 @@
 Behaviour: removes the members (a dynamic member by id; a static one by id, or by instance id with
 an empty member id, as admin tools do) and starts a rebalance for the rest. Unknown group or
 member: UNKNOWN_MEMBER_ID 25; a replaced static member: FENCED_INSTANCE_ID 82.
+Authorization (with an authorizer): READ on the group, else GROUP_AUTHORIZATION_FAILED, as Kafka.
 Version notes: v0-v2 carry one member id and report its error at the top level; v3+ batch members
 with per-member errors; v5 adds a reason (logged only).
 Gaps: none known.
@@ -10,13 +11,18 @@ Gaps: none known.
 
 from __future__ import annotations
 
+from minibroker.errors import ErrorCode
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
 
 
 @handles(13, (0, 5))
 def handle_leave_group(broker, header, request):
     version = header.api_version
+    if not authorize(broker, header, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return Struct(throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), members=[])
     if version >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:

@@ -7,6 +7,7 @@ timestamp, the first one if several share it (as Kafka since KAFKA-16310; not th
 its batch), -4 earliest local (v8+) = log start offset, -5 last tiered (v9+) = -1 (no tiered
 storage); any other timestamp finds the first offset whose timestamp is >= it through the time indexes, or -1.
 v0 answers with an array of offsets (one, for the one asked). Leader epoch 0 in answers (v4+).
+Authorization (with an authorizer): DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED, as Kafka.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.leader_epochs import LEADER_EPOCH, check_current_leader_epoch
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import denied
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
@@ -44,10 +47,14 @@ def handle_list_offsets(broker, header, request):
     version = header.api_version
     committed = version >= 2 and request.isolation_level == 1
     topics = []
+    refused = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                     (t.name for t in request.topics))
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             try:
+                if refused and topic.name in refused:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 check_current_leader_epoch(p.current_leader_epoch)
                 plog = broker.replicas.get_log(topic.name, p.partition_index)
                 lso = None

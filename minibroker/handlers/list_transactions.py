@@ -6,7 +6,9 @@ come back in ``unknown_state_filters`` and match nothing) and by producer ids; e
 all. COORDINATOR_LOAD_IN_PROGRESS 14 while ``__transaction_state`` loads.
 Version notes: v1 adds ``duration_filter`` (KIP-994): when >= 0, only transactions started longer
 ago than that many ms (as in Kafka, an id without a transaction has start time -1 and passes).
-Gaps: v2's transactional id pattern (KIP-1152) is not in this schema; no authorization.
+Authorization (with an authorizer): only the transactional ids the principal may DESCRIBE are listed, as
+Kafka.
+Gaps: v2's transactional id pattern (KIP-1152) is not in this schema.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import denied
 
 
 @handles(66, (0, 1))
@@ -27,6 +31,8 @@ def handle_list_transactions(broker, header, request):
     except KafkaError as e:
         return Struct(throttle_time_ms=0, error_code=int(e.code), unknown_state_filters=[],
                       transaction_states=[])
+    hidden = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                    (t.transactional_id for t in listed), log_denied=False)
     return Struct(throttle_time_ms=0, error_code=0, unknown_state_filters=unknown, transaction_states=[
         Struct(transactional_id=t.transactional_id, producer_id=t.producer_id, transaction_state=t.state)
-        for t in listed])
+        for t in listed if t.transactional_id not in hidden])

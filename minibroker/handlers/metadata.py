@@ -12,16 +12,28 @@ back where v10-v11 cannot carry one).
 Authorized operations (v8+), when asked: every operation Kafka supports on a topic (8 of them) for
 each named topic, and (v8-v10) on the cluster (7), as Kafka answers without an authorizer;
 -2147483648 when not asked and for unknown topic ids.
-Gaps: no racks, no ACLs (everything is allowed).
+Authorization (with an authorizer), as Kafka: DESCRIBE on each topic; a topic the principal may not
+describe is left out of an all-topics answer and answered TOPIC_AUTHORIZATION_FAILED (with no topic id,
+or only the id when asked by id) when named, whether it exists or not; creating an unknown topic needs
+CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED. Authorized operations are the
+principal's (minibroker/handlers/authorized_operations.py); the cluster's are 0 without DESCRIBE on it.
+Gaps: no racks.
 """
 
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.handlers.authorized_operations import CLUSTER_OPERATIONS, NOT_ASKED, TOPIC_OPERATIONS
+from minibroker.handlers.authorized_operations import (
+    NOT_ASKED,
+    TOPIC_OPERATIONS,
+    cluster_operations,
+    topic_operations,
+)
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize, denied
 from minibroker.topic_admin import create_topic
 from minibroker.topic_names import is_internal, validate_topic_name
 
@@ -67,28 +79,57 @@ def handle_metadata(broker, header, request):
     topics = broker.logs.topics
     if 10 <= version < 12 and any(t.name is None or t.topic_id != ZERO_UUID for t in request.topics or ()):
         return _invalid_request(request)
-    if request.topics is None or (version == 0 and not request.topics):
+    all_topics = request.topics is None or (version == 0 and not request.topics)
+    if all_topics:
         wanted = [(name, None) for name in sorted(topics)]
     else:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     auto_create = broker.config["auto.create.topics.enable"] and (
         version < 4 or request.allow_auto_topic_creation
-    )
-    # Kafka sets them on every named topic it answers for, errors included (not unknown topic ids)
+    ) and not all_topics
+    authorizer = broker.authorizer
+    # Kafka sets them on every named topic it answers for, errors included (not unknown topic ids, not
+    # topics the principal may not describe)
     topic_ops = NOT_ASKED
-    if version >= 8 and request.include_topic_authorized_operations:
+    ops_asked = version >= 8 and request.include_topic_authorized_operations
+    if ops_asked:
         topic_ops = TOPIC_OPERATIONS
-    cluster_ops = CLUSTER_OPERATIONS if 8 <= version <= 10 and request.include_cluster_authorized_operations \
-        else NOT_ASKED
-    out = []
+    cluster_ops = NOT_ASKED
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        cluster_ops = cluster_operations(broker, header) \
+            if authorize(broker, header, AclOperation.DESCRIBE, ResourceType.CLUSTER) else 0
+    resolved = []  # (name or None, topic id, asked by id)
     for name, topic_id in wanted:
-        if name is None:
+        by_id = name is None
+        if by_id:
             name = broker.logs.topic_name(topic_id) if topic_id and topic_id != ZERO_UUID else None
-            if name is None:
-                out.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id or ZERO_UUID))
-                continue
+        resolved.append((name, topic_id, by_id))
+    refused = frozenset()
+    may_create_any = True
+    if authorizer is not None:
+        refused = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                         (name for name, _, _ in resolved), log_denied=not all_topics)
+        may_create_any = authorize(broker, header, AclOperation.CREATE, ResourceType.CLUSTER,
+                                   log_denied=False)
+    out = []
+    for name, topic_id, by_id in resolved:
+        if name is None:
+            out.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id or ZERO_UUID))
+            continue
+        if refused and name in refused:
+            # not disclosing whether it exists; hidden from an all-topics answer
+            if not all_topics:
+                out.append(_error_topic(None if by_id else name, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                        topic_id if by_id else ZERO_UUID))
+            continue
+        if authorizer is not None and ops_asked:
+            topic_ops = topic_operations(broker, header, name)
         info = topics.get(name)
         if info is None:
+            if auto_create and not may_create_any and not authorize(broker, header, AclOperation.CREATE,
+                                                                    ResourceType.TOPIC, name):
+                out.append(_error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             try:
                 validate_topic_name(name)
             except KafkaError as e:

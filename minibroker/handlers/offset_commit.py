@@ -8,6 +8,8 @@ than ``offset.metadata.max.bytes`` OFFSET_METADATA_TOO_LARGE 12; group errors (F
 then, in Kafka's order, UNKNOWN_MEMBER_ID 25, ILLEGAL_GENERATION 22 and REBALANCE_IN_PROGRESS 27
 while completing a rebalance; INVALID_GROUP_ID 24, COORDINATOR_LOAD_IN_PROGRESS 14) go to every
 partition.
+Authorization (with an authorizer): READ on the group (else every partition GROUP_AUTHORIZATION_FAILED),
+then READ on each topic (else its partitions TOPIC_AUTHORIZATION_FAILED), as Kafka.
 Version notes: v0 has no generation or member (simple commit); v1 carries a per-partition commit
 timestamp (-1: now); v2-v4 a retention time (-1: the broker's; now + retention past int64 expires
 at the int64 maximum); v6 the committed leader epoch; v7
@@ -23,6 +25,8 @@ from minibroker.coordinator.group_records import OffsetCommitValue
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize, denied
 
 LONG_MAX = 2**63 - 1
 
@@ -32,13 +36,18 @@ def partition_known(broker, topic: str, partition: int) -> bool:
     return info is not None and 0 <= partition < info.partitions
 
 
-def known_partitions(broker, request, errors: dict):
+def known_partitions(broker, request, errors: dict, header=None):
     """(topic-partition, request partition) of each partition of an offset commit request that exists;
-    the others get UNKNOWN_TOPIC_OR_PARTITION in ``errors`` (OffsetCommit and TxnOffsetCommit)."""
+    the others get UNKNOWN_TOPIC_OR_PARTITION in ``errors`` (OffsetCommit and TxnOffsetCommit), or first,
+    given the ``header``, TOPIC_AUTHORIZATION_FAILED when the principal may not READ the topic."""
+    refused = frozenset() if header is None else denied(broker, header, AclOperation.READ, ResourceType.TOPIC,
+                                                        (t.name for t in request.topics))
     for t in request.topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if partition_known(broker, t.name, p.partition_index):
+            if refused and t.name in refused:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition_known(broker, t.name, p.partition_index):
                 yield tp, p
             else:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -60,7 +69,10 @@ def handle_offset_commit(broker, header, request):
     retention = request.retention_time_ms if 2 <= version <= 4 else -1
     errors: dict[tuple[str, int], int] = {}
     wanted: dict[tuple[str, int], OffsetCommitValue] = {}
-    for tp, p in known_partitions(broker, request, errors):
+    if not authorize(broker, header, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return commit_response(request, {(t.name, p.partition_index): ErrorCode.GROUP_AUTHORIZATION_FAILED
+                                         for t in request.topics for p in t.partitions})
+    for tp, p in known_partitions(broker, request, errors, header):
         ts = p.commit_timestamp if version == 1 and p.commit_timestamp != -1 else now
         # the expiry saturates at the int64 maximum (Java's sum would wrap: the fuzzer sent 2^63-2)
         expire = min(ts + retention, LONG_MAX) if retention is not None and retention >= 0 else -1

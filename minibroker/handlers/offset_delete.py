@@ -5,6 +5,8 @@ loses any of them; a consumer group with members keeps those of topics it subscr
 (GROUP_SUBSCRIBED_TO_TOPIC 86 per partition). Group errors at the top level: GROUP_ID_NOT_FOUND 69,
 NON_EMPTY_GROUP 68 (members of a non-consumer protocol), INVALID_GROUP_ID 24,
 COORDINATOR_LOAD_IN_PROGRESS 14. Unknown topics: UNKNOWN_TOPIC_OR_PARTITION 3.
+Authorization (with an authorizer): DELETE on the group (else GROUP_AUTHORIZATION_FAILED), READ on each
+topic (else its partitions TOPIC_AUTHORIZATION_FAILED), as Kafka.
 Gaps: none known.
 """
 
@@ -14,16 +16,23 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.offset_commit import partition_known
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize, denied
 
 
 @handles(47, (0, 0))
 def handle_offset_delete(broker, header, request):
     errors: dict[tuple[str, int], int] = {}
     wanted = []
+    if not authorize(broker, header, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return Struct(error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), throttle_time_ms=0, topics=[])
+    refused = denied(broker, header, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if partition_known(broker, *tp):
+            if refused and t.name in refused:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition_known(broker, *tp):
                 wanted.append(tp)
             else:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -15,7 +15,10 @@ partition (COORDINATOR_LOAD_IN_PROGRESS 14, INVALID_GROUP_ID 24).
 Version notes: v2 adds the committed leader epoch (v0-v1 get COORDINATOR_NOT_AVAILABLE 15 for
 COORDINATOR_LOAD_IN_PROGRESS, as Kafka answers pre-2.0 clients); v3 generation, member id and group
 instance id (KIP-447) and flexible; v4 adds TRANSACTION_ABORTABLE to the vocabulary (never sent).
-Gaps: no authorization.
+Authorization (with an authorizer), as Kafka: WRITE on the transactional id (else every partition
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group (else GROUP_AUTHORIZATION_FAILED), READ on each
+topic (else TOPIC_AUTHORIZATION_FAILED).
+Gaps: none known.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from minibroker.coordinator.group_records import OffsetCommitValue
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.offset_commit import commit_response, known_partitions
 from minibroker.handlers.registry import handles
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
 
 
 def _commit(broker, version: int, request, wanted) -> dict[tuple[str, int], ErrorCode]:
@@ -53,7 +58,14 @@ def handle_txn_offset_commit(broker, header, request):
     now = int(time.time() * 1000)
     errors: dict[tuple[str, int], ErrorCode] = {}
     wanted: dict[tuple[str, int], OffsetCommitValue] = {}
-    for tp, p in known_partitions(broker, request, errors):
+    for operation, resource_type, name, code in (
+            (AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id,
+             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            (AclOperation.READ, ResourceType.GROUP, request.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)):
+        if not authorize(broker, header, operation, resource_type, name):
+            return commit_response(request, {(t.name, p.partition_index): code
+                                             for t in request.topics for p in t.partitions})
+    for tp, p in known_partitions(broker, request, errors, header):
         leader_epoch = p.committed_leader_epoch if version >= 2 else -1
         wanted[tp] = OffsetCommitValue(p.committed_offset, p.committed_metadata or "", now, leader_epoch, -1)
     if wanted:

@@ -13,6 +13,8 @@ magic 0/1), INVALID_PRODUCER_EPOCH 47 (older than the producer's epoch in that p
 TRANSACTION_COORDINATOR_FENCED 52 (older than the coordinator epoch of the producer's last marker),
 NOT_LEADER_OR_FOLLOWER 6 for ``__consumer_offsets`` while the group coordinator loads (what Kafka
 answers for its loading group coordinator), KAFKA_STORAGE_ERROR 56 and the log's other errors.
+Authorization (with an authorizer): ALTER or CLUSTER_ACTION on the cluster, else every partition
+CLUSTER_AUTHORIZATION_FAILED, as Kafka.
 Version notes: v1 is flexible; nothing else changes.
 Gaps: no authorization (Kafka requires ALTER or CLUSTER_ACTION on the cluster and answers
 CLUSTER_AUTHORIZATION_FAILED 31 without it).
@@ -25,6 +27,8 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.replica_manager import report_unexpected
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
 
 
 def _write(broker, marker, topic: str, partition: int) -> ErrorCode:
@@ -47,10 +51,16 @@ def _write(broker, marker, topic: str, partition: int) -> ErrorCode:
 
 @handles(27, (0, 1))
 def handle_write_txn_markers(broker, header, request):
+    allowed = authorize(broker, header, AclOperation.ALTER, ResourceType.CLUSTER, log_denied=False) \
+        or authorize(broker, header, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+
+    def write(marker, topic: str, partition: int) -> ErrorCode:
+        return _write(broker, marker, topic, partition) if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
     return Struct(markers=[
         Struct(producer_id=marker.producer_id, topics=[
             Struct(name=t.name, partitions=[
-                Struct(partition_index=p, error_code=int(_write(broker, marker, t.name, p)))
+                Struct(partition_index=p, error_code=int(write(marker, t.name, p)))
                 for p in t.partition_indexes])
             for t in marker.topics])
         for marker in request.markers])
