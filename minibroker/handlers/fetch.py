@@ -16,7 +16,14 @@ long-polling fetches. READ_UNCOMMITTED reads to the high watermark, control batc
 Preferred read replica -1; topic ids on v13+ (UNKNOWN_TOPIC_ID for unknown ones).
 Version notes: v0-v3 cannot read magic 2, so their batches are down-converted (magic 0 for
 v0-v1, magic 1 for v2-v3), which copies them through Python: old clients pay for it.
-Gaps: no follower fetching; incremental sessions resend a partition when its high watermark or log
+Authorization (with an authorizer): READ on each topic, else its partitions get TOPIC_AUTHORIZATION_FAILED
+(known or not; unknown topic ids stay UNKNOWN_TOPIC_ID), as Kafka checks consumer fetches.
+Quotas: with a consumer_byte_rate quota for the client (minibroker/security/quotas.py), max_bytes is
+capped at what the quota allows in one go and the response's record bytes are counted when it is
+answered; over the quota the answer is Kafka's throttled one (no partitions; session id 0 unless the
+session was incremental), carries throttle_time_ms, and the connection is muted for it.
+Gaps: no follower fetching (a fetch claiming a replica id is checked like a consumer's, READ, where Kafka
+asks CLUSTER_ACTION); incremental sessions resend a partition when its high watermark or log
 start moved (a last stable offset moves only with a marker append, which moves the high watermark).
 """
 
@@ -30,6 +37,8 @@ from minibroker.handlers.leader_epochs import check_current_leader_epoch
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import denied
 
 EMPTY = b""
 
@@ -52,6 +61,9 @@ class FetchPlan:
         # [(topic name or None, topic_id, [(partition, fetch_offset, max_bytes, leader_epoch)])]
         self.topics: list = []
         self.unknown_ids: dict[bytes, list[int]] = {}
+        self.denied: frozenset[str] = frozenset()  # topics the principal may not READ
+        self.quota_header = None  # the request's header when a consumer_byte_rate quota applies
+        self.told: list = []  # (session partition, high watermark, log start) as the client last heard
 
     def name_of(self, topic) -> tuple[str | None, bytes]:
         if self.version >= 13:
@@ -157,6 +169,10 @@ def read_partitions(plan: FetchPlan) -> tuple[list, int]:
     total = 0
     responses = []
     for name, topic_id, parts in plan.topics:
+        if plan.denied and name in plan.denied:
+            responses.append(Struct(topic=name, topic_id=topic_id, partitions=[
+                _partition(p[0], ErrorCode.TOPIC_AUTHORIZATION_FAILED, committed=committed) for p in parts]))
+            continue
         out = []
         for partition, fetch_offset, max_bytes, leader_epoch in parts:
             try:
@@ -212,14 +228,48 @@ def read_partitions(plan: FetchPlan) -> tuple[list, int]:
     return responses, total
 
 
-def _response(plan: FetchPlan, responses) -> Struct:
+def _response(plan: FetchPlan, responses, total: int = 0) -> Struct:
+    throttle_ms, session_id = 0, plan.session_id
+    if plan.quota_header is not None:
+        throttle_ms = plan.broker.client_quotas.charge_fetch(plan.quota_header, total)
+        if throttle_ms:
+            responses, session_id = _throttled(plan)
     return Struct(
-        throttle_time_ms=0,
+        throttle_time_ms=throttle_ms,
         error_code=int(plan.error_code),
-        session_id=plan.session_id,
+        session_id=session_id,
         responses=responses,
         node_endpoints=[],
     )
+
+
+def _apply_fetch_quota(plan: FetchPlan, header) -> None:
+    """consumer_byte_rate applies to this client: cap the response at what the quota allows in one go
+    (Kafka's getMaxValueInQuotaWindow) and remember what the session told the client, for a throttled
+    answer to take back."""
+    cap = plan.broker.client_quotas.fetch_byte_cap(header)
+    if cap is None:
+        return
+    request = plan.request
+    if plan.version >= 3 and request.max_bytes > cap:
+        request.max_bytes = cap
+        request.min_bytes = min(request.min_bytes, cap)
+    plan.quota_header = header
+    if plan.session is not None:
+        plan.told = [(sp, sp.high_watermark, sp.log_start_offset) for sp in plan.session.partitions.values()]
+
+
+def _throttled(plan: FetchPlan) -> tuple[list, int]:
+    """Kafka's throttled fetch answer: no partitions; an incremental session keeps its id (the client
+    asks again from the same offsets), a full fetch gets session id 0 and the session it would have
+    created is dropped."""
+    for sp, hw, log_start in plan.told:
+        sp.high_watermark, sp.log_start_offset = hw, log_start
+    if plan.incremental:
+        return [], plan.session_id
+    if plan.session is not None:
+        plan.broker.fetch_sessions.remove(plan.session_id)
+    return [], 0
 
 
 def _any_error(responses) -> bool:
@@ -242,7 +292,7 @@ async def _long_poll(plan: FetchPlan, deadline: float, min_bytes: int, responses
                 break
     finally:
         replicas.unwatch(keys, watch)
-    return _response(plan, responses)
+    return _response(plan, responses, total)
 
 
 @handles(1, (0, 17))
@@ -251,10 +301,15 @@ def handle_fetch(broker, header, request):
     plan.build()
     if plan.error_code:
         return _response(plan, [])
+    if broker.authorizer is not None:
+        plan.denied = denied(broker, header, AclOperation.READ, ResourceType.TOPIC,
+                             [name for name, _, _ in plan.topics])
+    if broker.client_quotas.fetch.enabled:
+        _apply_fetch_quota(plan, header)
     responses, total = read_partitions(plan)
     min_bytes = max(request.min_bytes, 0)
     if total >= min_bytes or request.max_wait_ms <= 0 or not plan.topics or _any_error(responses):
-        return _response(plan, responses)
+        return _response(plan, responses, total)
     deadline = time.monotonic() + request.max_wait_ms / 1000
     # Watched now, in the same step as the read: the long poll's first await is a loop iteration
     # away, and an append in between must wake it rather than leave it asleep until max_wait_ms.

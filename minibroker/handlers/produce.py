@@ -22,6 +22,13 @@ The connection answers its requests in order, so that request's answer, and the 
 it on that connection, wait; other connections are served meanwhile.
 Transactional batches are appended like idempotent ones; the producer state notes where each
 producer's open transaction starts (the last stable offset waits for its marker).
+Authorization (with an authorizer): WRITE on the transactional id, if any (else every partition gets
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and WRITE on each topic (else its partitions get
+TOPIC_AUTHORIZATION_FAILED, before any existence check), as Kafka checks; idempotent producers need
+nothing more here (Kafka checks them at InitProducerId).
+Quotas: with a producer_byte_rate quota for the client (minibroker/security/quotas.py), the request's
+record bytes are counted; over the quota the records are still appended, the response carries
+throttle_time_ms and the connection is muted for it (acks=0 too, without a response), as Kafka does.
 Gaps: no KIP-890 verification that a transactional batch's partition was added to its transaction
 (``transaction.partition.verification.enable``): Kafka before 3.6 did none either.
 """
@@ -36,6 +43,8 @@ from minibroker.handlers.registry import CloseConnection, handles
 from minibroker.protocol.codec import Struct
 from minibroker.records.budget import ValidationDeferred
 from minibroker.replica_manager import INLINE_VALIDATION_WORK, report_unexpected
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize, denied
 
 log = logging.getLogger("minibroker.produce")
 
@@ -71,8 +80,14 @@ def handle_produce(broker, header, request):
     now_ms = int(time.time() * 1000)
     responses = []
     deferred = []  # (partition list, slot, topic, partition, own copy of the records)
+    refused = _refused(broker, header, request) if broker.authorizer is not None else None
     for topic in request.topic_data:
         partitions = []
+        if refused is not None and (refused[0] or topic.name in refused[1]):
+            error = refused[0] or ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            partitions = [_partition_error(p.index, KafkaError(error)) for p in topic.partition_data]
+            responses.append(Struct(name=topic.name, partition_responses=partitions))
+            continue
         for pdata in topic.partition_data:
             try:
                 key = (topic.name, pdata.index)
@@ -91,12 +106,28 @@ def handle_produce(broker, header, request):
             except Exception as e:
                 partitions.append(_failed(topic.name, pdata.index, e))
         responses.append(Struct(name=topic.name, partition_responses=partitions))
+    throttle_ms = 0
+    if broker.client_quotas.produce.enabled:  # producer_byte_rate: the request's record bytes count
+        throttle_ms = broker.client_quotas.charge_produce(header, sum(
+            len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None))
     if deferred:
-        return _finish_in_worker(replicas, version, now_ms, request.acks, responses, deferred)
-    return _answer(request.acks, responses)
+        return _finish_in_worker(replicas, version, now_ms, request.acks, responses, deferred, throttle_ms)
+    return _answer(request.acks, responses, throttle_ms)
 
 
-async def _finish_in_worker(replicas, version: int, now_ms: int, acks: int, responses, deferred):
+def _refused(broker, header, request) -> tuple[ErrorCode | None, frozenset[str]]:
+    """Kafka's checks before appending: WRITE on the transactional id when there is one (else every
+    partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic."""
+    transactional_id = request.transactional_id if header.api_version >= 3 else None
+    if transactional_id is not None and not authorize(broker, header, AclOperation.WRITE,
+                                                      ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, frozenset()
+    return None, denied(broker, header, AclOperation.WRITE, ResourceType.TOPIC,
+                        (t.name for t in request.topic_data))
+
+
+async def _finish_in_worker(replicas, version: int, now_ms: int, acks: int, responses, deferred,
+                            throttle_ms: int = 0):
     """The deferred partitions, validated in the worker one after another and each appended as soon as
     it is back (``ReplicaManager.append_records_in_worker``), then the answer to the whole request."""
     for partitions, slot, topic, index, records in deferred:
@@ -105,13 +136,13 @@ async def _finish_in_worker(replicas, version: int, now_ms: int, acks: int, resp
             partitions[slot] = _partition_ok(index, outcome)
         except Exception as e:
             partitions[slot] = _failed(topic, index, e)
-    return _answer(acks, responses)
+    return _answer(acks, responses, throttle_ms)
 
 
-def _answer(acks: int, responses):
+def _answer(acks: int, responses, throttle_ms: int = 0):
     if acks == 0:
         # No response to carry an error: Kafka closes the connection so the producer notices.
         if any(p.error_code for t in responses for p in t.partition_responses):
             raise CloseConnection("acks=0 produce failed")
         return None
-    return Struct(responses=responses, throttle_time_ms=0)
+    return Struct(responses=responses, throttle_time_ms=throttle_ms)
