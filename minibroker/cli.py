@@ -153,13 +153,15 @@ def cmd_dump_log(args) -> int:
 
 def cmd_healthcheck(args) -> int:
     """Exit 0 when a broker answers ApiVersions at ``--bootstrap-server`` within the timeout."""
+    from minibroker.tools.client_config import ClientConfigError, read_client_config
     from minibroker.tools.wire import api_versions_probe
 
     host, _, port = args.bootstrap_server.rpartition(":")
     deadline = time.monotonic() + args.timeout
-    try:
-        ok = api_versions_probe(host or "127.0.0.1", int(port), timeout=args.timeout)
-    except OSError as e:
+    try:  # with --command-config: through TLS and SASL authentication, as a client would
+        security = read_client_config(args.command_config)
+        ok = api_versions_probe(host or "127.0.0.1", int(port), timeout=args.timeout, security=security)
+    except (OSError, ClientConfigError) as e:
         print(f"unhealthy: {e}", file=sys.stderr)
         return 1
     if not ok:
@@ -203,6 +205,9 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
     health.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     health.add_argument("--timeout", type=float, default=2.0)
     health.add_argument("--quiet", action="store_true")
+    from minibroker.tools.client_config import add_command_config_argument
+
+    add_command_config_argument(health)
     health.set_defaults(func=cmd_healthcheck)
 
     if console_tools:  # ``serve`` skips them: their modules are startup time spent for nothing
@@ -212,16 +217,20 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
 
 def add_console_tools(sub) -> None:
     """``topics``, ``produce``, ``consume``, ``groups``: each module adds its own parser and ``run``."""
-    from minibroker.tools import consume, explain, groups, produce, topics, transactions
+    from minibroker.tools import certs, consume, explain, groups, produce, scram, topics, transactions
+    from minibroker.tools.client_config import add_command_config_argument
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap-server",
                         default=os.environ.get("MINIBROKER_BOOTSTRAP_SERVER", "127.0.0.1:9092"),
                         metavar="HOST:PORT", help="broker to talk to (env MINIBROKER_BOOTSTRAP_SERVER)")
     common.add_argument("--timeout", type=float, default=10.0, help="request timeout in seconds")
+    scram.add_parser(sub, common)  # adds its own --command-config
+    add_command_config_argument(common)
     for tool in (topics, produce, consume, groups, transactions):
         tool.add_parser(sub, common)
     explain.add_parser(sub)  # reads a partition's files, never a broker: no --bootstrap-server
+    certs.add_parser(sub)  # writes files, no broker
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,11 +54,13 @@ __all__ = [
     "effective_topic_config",
     "env_to_properties",
     "load_config",
+    "listener_key",
     "parse_listeners",
     "parse_overrides",
     "parse_properties",
     "parse_security_protocol_map",
     "resolve_advertised",
+    "split_listener_key",
     "validate_topic_configs",
 ]
 
@@ -158,6 +160,35 @@ class OneOf:
         return "[" + ", ".join(map(str, self.values)) + "]"
 
 
+class AuthorizerClassName:
+    """``authorizer.class.name``: empty (no authorizer) or one of Kafka's ACL authorizers, which
+    minibroker serves alike (minibroker/security/authorizer.py); any other class cannot be loaded."""
+
+    NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+             "kafka.security.authorizer.AclAuthorizer")
+
+    def __call__(self, value: Any) -> None:
+        if value and value not in self.NAMES:
+            raise ValueError(f"minibroker cannot load authorizer class {value}; it serves Kafka's ACL "
+                             f"authorizer, named {self.NAMES[0]} (or {self.NAMES[1]}), or none (empty)")
+
+    def describe(self) -> str:
+        return "[\"\", " + ", ".join(self.NAMES) + "]"
+
+
+class PrincipalList:
+    """``super.users``: principals ``Type:name`` separated by semicolons."""
+
+    def __call__(self, value: Any) -> None:
+        for item in (value or "").split(";"):
+            type_, sep, _name = item.strip().partition(":")
+            if item.strip() and not (sep and type_):
+                raise ValueError(f"{item.strip()!r} is not a principal of the form Type:name (User:alice)")
+
+    def describe(self) -> str:
+        return "Type:name;Type:name..."
+
+
 class ListOf:
     """Every item of a list must be one of ``values``; the list may be empty only when
     ``allow_empty`` (Kafka's ``ValidList.in`` accepts an empty list: ``cleanup.policy=`` is legal)."""
@@ -213,6 +244,21 @@ def parse_host_counts(value: str) -> dict[str, int]:
         if out[host] < 0:
             raise ValueError(f"{item!r}: the count must be at least 0")
     return out
+
+
+class PrincipalMappingRules:
+    """``ssl.principal.mapping.rules``: Kafka's SslPrincipalMapper rule list (minibroker/security/tls.py)."""
+
+    __slots__ = ()
+
+    def __call__(self, value: Any) -> None:
+        if value is not None:
+            from minibroker.security.tls import PrincipalMapper
+
+            PrincipalMapper(value)
+
+    def describe(self) -> str:
+        return "RULE:pattern/replacement/[LU],...,DEFAULT"
 
 
 class ListenerList:
@@ -307,8 +353,12 @@ _BROKER_KEYS = [
        "Addresses given to clients in Metadata, same form as listeners; unset means the listeners.",
        importance="high", validator=ListenerList()),
     _k("listener.security.protocol.map", _STR, _DEFAULT_PROTOCOL_MAP,
-       "Listener name to security protocol; minibroker serves PLAINTEXT only.", importance="low"),
-    _k("inter.broker.listener.name", _STR, None, "Listener used between brokers.", no_effect=True),
+       "Listener name to security protocol: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL over "
+       "TLS). Any listener key can be set for one listener as "
+       "listener.name.<listener name, lower case>.<key>.",
+       importance="low"),
+    _k("inter.broker.listener.name", _STR, None, "Listener used between brokers (a single node has none).",
+       no_effect=True),
     _k("security.inter.broker.protocol", _STR, "PLAINTEXT", "Protocol used between brokers.", no_effect=True,
        validator=OneOf("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     _k("control.plane.listener.name", _STR, None, "Separate controller listener.", no_effect=True),
@@ -556,8 +606,16 @@ _BROKER_KEYS = [
     _k("max.connections.per.ip.overrides", _STR, "",
        "Per-address limits replacing max.connections.per.ip, as host:count pairs separated by commas; a "
        "host name counts for its first resolved address.", validator=HostCounts(), dynamic=True),
-    _k("max.connection.creation.rate", _INT, INT_MAX, "New connections per second.", validator=AtLeast(0),
-       dynamic=True, no_effect=True),
+    _k("max.connection.creation.rate", _INT, INT_MAX,
+       "New connections per second, all listeners together, measured over quota.window.num windows of "
+       "quota.window.size.seconds: over it, the broker waits the throttle time (at most one window) before "
+       "accepting the next connection. Per client address: the connection_creation_rate client quota "
+       "(docs/security.md).", validator=AtLeast(0), dynamic=True),
+    _k("quota.window.num", _INT, 11,
+       "Samples kept per client quota sensor (docs/security.md, Quotas); rates are measured over them, "
+       "never over less than quota.window.num - 1 whole windows.", importance="low", validator=AtLeast(1)),
+    _k("quota.window.size.seconds", _INT, 1, "Length of each client quota sample, in seconds.",
+       importance="low", validator=AtLeast(1)),
     _k("replica.lag.time.max.ms", _LONG, 30000, "Follower lag before it leaves the ISR.", no_effect=True),
     _k("replica.fetch.max.bytes", _INT, 1048576, "Follower fetch size per partition.", no_effect=True),
     _k("replica.fetch.wait.max.ms", _INT, 500, "Follower fetch wait.", no_effect=True),
@@ -573,7 +631,15 @@ _BROKER_KEYS = [
        validator=AtLeast(0), no_effect=True),
     _k("zookeeper.connect", _STR, None, "ZooKeeper connection string (ZooKeeper mode).", no_effect=True),
     _k("inter.broker.protocol.version", _STR, None, "Inter-broker protocol version.", no_effect=True),
-    _k("authorizer.class.name", _STR, "", "ACL authorizer; minibroker does not authorize.", no_effect=True),
+    _k("authorizer.class.name", _STR, "",
+       "ACL authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer (or "
+       "kafka.security.authorizer.AclAuthorizer) checks every request against the ACLs; empty: no "
+       "authorization (ACL APIs answer SECURITY_DISABLED). docs/security.md.",
+       validator=AuthorizerClassName()),
+    _k("super.users", _STR, "", "Principals allowed everything by the authorizer, separated by semicolons "
+       "(User:admin;User:ops).", validator=PrincipalList()),
+    _k("allow.everyone.if.no.acl.found", _BOOL, False,
+       "With an authorizer: allow an action on a resource that no ACL applies to (else deny)."),
     _k("create.topic.policy.class.name", _CLASS, None, "CreateTopics policy plug-in.", importance="low",
        no_effect=True),
     _k("alter.config.policy.class.name", _CLASS, None, "AlterConfigs policy plug-in.", importance="low",
@@ -581,16 +647,69 @@ _BROKER_KEYS = [
     _k("metric.reporters", _LIST, [], "Metrics reporter classes.", importance="low", dynamic=True,
        no_effect=True),
     _k("unstable.api.versions.enable", _BOOL, False, "Advertise unreleased API versions.", no_effect=True),
-    _k("ssl.keystore.password", _PASSWORD, None, "Key store password (SSL listeners are not served).",
-       dynamic=True, no_effect=True),
-    _k("ssl.key.password", _PASSWORD, None, "Private key password (SSL listeners are not served).",
-       dynamic=True, no_effect=True),
-    _k("ssl.truststore.password", _PASSWORD, None, "Trust store password (SSL listeners are not served).",
-       dynamic=True, no_effect=True),
-    _k("sasl.jaas.config", _PASSWORD, None, "JAAS login configuration (SASL is not served).", dynamic=True,
-       no_effect=True),
-    _k("sasl.enabled.mechanisms", _LIST, ["GSSAPI"], "Enabled SASL mechanisms (SASL is not served).",
-       dynamic=True, no_effect=True),
+    # --- TLS on SSL and SASL_SSL listeners (minibroker/security/tls.py). Each can be set per listener as
+    # listener.name.<listener>.ssl.*; all are read once, at start-up (Kafka reloads key stores at run time).
+    _k("ssl.keystore.type", _STR, "PEM",
+       "Format of ssl.keystore.location: PEM (certificate chain and private key in one file) or PKCS12. "
+       "JKS is not read (convert it: keytool -importkeystore -deststoretype PKCS12).",
+       kafka_default="JKS", validator=OneOf("PEM", "PKCS12", "JKS")),
+    _k("ssl.keystore.location", _STR, None,
+       "Key store file: the listener's certificate chain and private key.", importance="high"),
+    _k("ssl.keystore.password", _PASSWORD, None,
+       "Password of a PKCS12 key store (for PEM, see ssl.key.password).", importance="high"),
+    _k("ssl.key.password", _PASSWORD, None,
+       "Password of an encrypted private key (PEM).", importance="high"),
+    _k("ssl.keystore.certificate.chain", _PASSWORD, None,
+       "The certificate chain as PEM text, instead of ssl.keystore.location (with ssl.keystore.key)."),
+    _k("ssl.keystore.key", _PASSWORD, None,
+       "The private key as PEM text (PKCS#8; encrypted with ssl.key.password or not), with "
+       "ssl.keystore.certificate.chain."),
+    _k("ssl.truststore.type", _STR, "PEM",
+       "Format of ssl.truststore.location: PEM (CA certificates) or PKCS12.",
+       kafka_default="JKS", validator=OneOf("PEM", "PKCS12", "JKS")),
+    _k("ssl.truststore.location", _STR, None,
+       "CA certificates that client certificates must chain to (ssl.client.auth); unset: the system's."),
+    _k("ssl.truststore.password", _PASSWORD, None, "Password of a PKCS12 trust store."),
+    _k("ssl.truststore.certificates", _PASSWORD, None,
+       "CA certificates as PEM text, instead of ssl.truststore.location."),
+    _k("ssl.client.auth", _STR, "none",
+       "Client certificates on SSL listeners: required (the handshake fails without a trusted one), "
+       "requested (checked when sent) or none. On SASL_SSL listeners only a "
+       "listener.name.<listener>.ssl.client.auth value applies, as in Kafka.",
+       validator=OneOf("required", "requested", "none")),
+    _k("ssl.enabled.protocols", _LIST, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted (TLSv1.2, TLSv1.3)."),
+    _k("ssl.protocol", _STR, "TLSv1.3",
+       "TLS protocol of the context: the highest version offered (TLS, TLSv1.2 or TLSv1.3)."),
+    _k("ssl.cipher.suites", _LIST, [],
+       "TLS 1.2 cipher suites by OpenSSL name (ECDHE-RSA-AES128-GCM-SHA256, ...); empty: OpenSSL's defaults. "
+       "TLS 1.3 suites are always OpenSSL's."),
+    _k("ssl.principal.mapping.rules", _STR, "DEFAULT",
+       "Rules mapping a client certificate's subject (RFC 2253, e.g. CN=alice,OU=eng,O=acme) to the User "
+       "principal: RULE:pattern/replacement/[LU] items separated by commas, and DEFAULT (the subject as is).",
+       importance="low", validator=PrincipalMappingRules()),
+    # --- SASL on SASL_PLAINTEXT and SASL_SSL listeners (minibroker/security/sasl, docs/security.md). Read
+    # once, at start-up; the per-listener forms are listener.name.<listener>.[<mechanism>.]<key>.
+    _k("sasl.enabled.mechanisms", _LIST, ["GSSAPI"],
+       "SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER. GSSAPI "
+       "(Kerberos, Kafka's default) is not served: a SASL listener must name another.", importance="high"),
+    _k("sasl.jaas.config", _PASSWORD, None,
+       "JAAS login configuration. A broker reads it only per listener and mechanism, as Kafka does: "
+       "listener.name.<listener>.plain.sasl.jaas.config holds PLAIN's users (user_<name>=\"<password>\"), "
+       "listener.name.<listener>.oauthbearer.sasl.jaas.config the unsecured OAUTHBEARER validator's "
+       "options."),
+    _k("sasl.server.callback.handler.class", _CLASS, None,
+       "As listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class: the OAUTHBEARER token "
+       "validator, a Python callable package.module:function(token) -> (principal name, expiry in epoch ms) "
+       "instead of the unsecured JWS validator."),
+    _k("sasl.server.max.receive.size", _INT, 524288, "Largest request accepted before SASL authentication "
+       "succeeds; a larger one closes the connection.", validator=AtLeast(1)),
+    _k("connections.max.reauth.ms", _LONG, 0,
+       "SASL session lifetime (KIP-368): told to clients in SaslAuthenticate, which re-authenticate before "
+       "it ends; a connection that does not is closed at its next request. 0: sessions do not expire "
+       "(except with an expiring OAUTHBEARER token)."),
+    _k("connection.failed.authentication.delay.ms", _INT, 100,
+       "Delay before a failed SASL authentication is answered and its connection closed (slows password "
+       "guessing).", importance="low", validator=AtLeast(0)),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
@@ -1114,6 +1233,29 @@ class BrokerConfig:
             return self[key]
         raise AttributeError(attr)
 
+    def listener_override(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """The value set for ``key`` on one listener (``listener.name.<listener>.[<mechanism>.]<key>``
+        in a static source), or None when none is."""
+        full = listener_key(listener, key, mechanism)
+        for src in _STATIC_SOURCES:
+            if full in self._static[src]:
+                return self._static[src][full]
+        return None
+
+    def for_listener(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """``key``'s value on ``listener``, as Kafka resolves it: the listener-prefixed (and, given a
+        SASL mechanism, the mechanism-prefixed) value wins over the broker-wide one."""
+        for mech in ((mechanism, None) if mechanism else (None,)):
+            value = self.listener_override(listener, key, mech)
+            if value is not None:
+                return value
+        return self[key]
+
+    def listener_keys(self) -> dict[str, str]:
+        """Every listener-prefixed key set in a static source, with the source (for checks and logs)."""
+        return {k: src for src in reversed(_STATIC_SOURCES) for k in self._static[src]
+                if k.startswith(LISTENER_PREFIX)}
+
     def source_of(self, key: str) -> str:
         """``"default"``, ``"file"``, ``"env"``, ``"override"``, ``"dynamic"`` or ``"dynamic-default"``."""
         key = KEY_ALIASES.get(key, key)
@@ -1135,8 +1277,13 @@ class BrokerConfig:
         return out
 
     def non_default(self) -> dict[str, Any]:
-        """Only the keys set somewhere other than the embedded defaults, for a short start-up banner."""
-        return {k: v for k, v in self.effective().items() if self.source_of(k) != "default"}
+        """Only the keys set somewhere other than the embedded defaults (listener-prefixed ones too),
+        for a short start-up banner."""
+        out = {k: v for k, v in self.effective().items() if self.source_of(k) != "default"}
+        for key, src in self.listener_keys().items():
+            value = self._static[src][key]
+            out[key] = "[hidden]" if BROKER_CONFIGS[split_listener_key(key)[2]].sensitive else value
+        return out
 
     # -- derived values
     @property
@@ -1235,12 +1382,43 @@ class BrokerConfig:
 # Loading.
 
 
+LISTENER_PREFIX = "listener.name."
+
+
+def listener_key(listener: str, key: str, mechanism: str | None = None) -> str:
+    """Kafka's per-listener form of ``key``: ``listener.name.<listener lower-cased>.[<mechanism
+    lower-cased>.]<key>`` (``listener.name.ssl.ssl.keystore.location``)."""
+    middle = f"{mechanism.lower()}." if mechanism else ""
+    return f"{LISTENER_PREFIX}{listener.lower()}.{middle}{key}"
+
+
+def split_listener_key(key: str) -> tuple[str, str | None, str] | None:
+    """``listener.name.<listener>.[<mechanism>.]<broker key>`` as (listener, mechanism or None, broker
+    key); None for anything else. A mechanism prefix goes only before ``sasl.*`` keys and
+    ``connections.max.reauth.ms``, as Kafka reads them
+    (``listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config``)."""
+    if not key.startswith(LISTENER_PREFIX):
+        return None
+    listener, _, rest = key[len(LISTENER_PREFIX):].partition(".")
+    if not listener or not rest:
+        return None
+    if rest in BROKER_CONFIGS:
+        return listener, None, rest
+    mechanism, _, base = rest.partition(".")
+    per_mechanism = base.startswith("sasl.") or base == "connections.max.reauth.ms"
+    if mechanism and per_mechanism and base in BROKER_CONFIGS:
+        return listener, mechanism, base
+    return None
+
+
 def _parse_layer(props: Mapping[str, str], source: str, unknown: dict[str, str]) -> dict[str, Any]:
     typed: dict[str, Any] = {}
     # an alias is applied first so that the Kafka spelling wins when a source gives both
     for key, raw in sorted(props.items(), key=lambda kv: kv[0] not in KEY_ALIASES):
         key = KEY_ALIASES.get(key, key)
         spec = BROKER_CONFIGS.get(key)
+        if spec is None and (per_listener := split_listener_key(key)) is not None:
+            spec = BROKER_CONFIGS[per_listener[2]]  # parsed and validated as the broker key
         if spec is None:
             unknown[key] = raw
             continue
@@ -1316,13 +1494,20 @@ def _check_cross_key(cfg: BrokerConfig) -> None:
         if not parsed:
             raise ConfigError(f"Invalid value {cfg[key]!r} for configuration {key}: no listener given")
         for lst in parsed:
-            if protocol_map[lst.name] != "PLAINTEXT":
-                raise ConfigError(f"Invalid value {cfg[key]!r} for configuration {key}: listener {lst.name} "
-                                  f"uses {protocol_map[lst.name]}; minibroker serves PLAINTEXT only")
             if key == "advertised.listeners" and lst.host in ("0.0.0.0", "::"):
                 raise ConfigError(f"Invalid value {cfg[key]!r} for configuration {key}: cannot advertise "
                                   f"the non-routable address {lst.host}")
     listener_names = {lst.name for lst in cfg.listener_endpoints()}
+    for key in sorted(cfg.listener_keys()):
+        named = split_listener_key(key)[0]
+        if named.upper() not in listener_names:
+            log.warning("Configuration %s names no listener in listeners (%s) and is ignored%s", key,
+                        ", ".join(sorted(listener_names)),
+                        "; listener names are written in lower case in these keys" if named != named.lower()
+                        else "")
+        elif named != named.lower():
+            log.warning("Configuration %s is ignored: Kafka reads listener.name.%s.*, in lower case", key,
+                        named.lower())
     extra = {lst.name for lst in cfg.advertised_endpoints()} - listener_names
     if extra:
         raise ConfigError(f"Invalid value {cfg['advertised.listeners']!r} for configuration "
@@ -1342,6 +1527,12 @@ def _check_cross_key(cfg: BrokerConfig) -> None:
     if cfg["max.connections.per.ip"] == 0 and not parse_host_counts(cfg["max.connections.per.ip.overrides"]):
         raise ConfigError("Invalid value 0 for configuration max.connections.per.ip: it can be 0 only if "
                           "max.connections.per.ip.overrides is set")
+    from minibroker.security.sasl.settings import SaslConfigError, sasl_listener_settings
+
+    try:  # a SASL listener nobody could log in to (no served mechanism, PLAIN without users ...)
+        sasl_listener_settings(cfg, warn=False)
+    except SaslConfigError as e:
+        raise ConfigError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1530,12 +1721,16 @@ def config_reference_markdown() -> str:
             out.append(f"- `{key.name}`: `{_doc_default(key)}` (Kafka's code default: `{key.kafka_default}`)")
     out += [
         "",
-        "minibroker serves PLAINTEXT listeners only and keeps all data in one directory. The",
-        "listener forms are Kafka's: `NAME://host:port`, empty host for all interfaces (one dual-stack",
-        "socket, IPv4 and IPv6, where the kernel has IPv6), `[::1]` for IPv6, port 0 for an ephemeral port;",
-        "`advertised.listeners` defaults to `listeners`. As in Kafka, a host name binds its first resolved",
-        "address only. Names are resolved once at start-up, before the event loop runs, so the broker",
-        "process stays single-threaded (uvloop would otherwise start libuv's pool of four resolver threads).",
+        "Listeners speak PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL, as",
+        "`listener.security.protocol.map` maps their names (docs/security.md); any key can be set for one",
+        "listener as `listener.name.<listener name in lower case>.<key>`",
+        "(`listener.name.ssl.ssl.keystore.location`), which wins over the plain key. All data is kept in one",
+        "directory. The listener forms are Kafka's: `NAME://host:port`, empty host for all interfaces (one",
+        "dual-stack socket, IPv4 and IPv6, where the kernel has IPv6), `[::1]` for IPv6, port 0 for an",
+        "ephemeral port; `advertised.listeners` defaults to `listeners`. As in Kafka, a host name binds its",
+        "first resolved address only. Names are resolved once at start-up, before the event loop runs, so",
+        "the broker process stays single-threaded (uvloop would otherwise start libuv's pool of four",
+        "resolver threads).",
         "",
         "minibroker also accepts these spellings and treats them as the Kafka key (when a source",
         "gives both, the Kafka key wins):",

@@ -6,9 +6,22 @@ import os
 
 
 def start_services(broker) -> None:
-    """Create what the handlers ask besides the logs: replicas, producer ids, fetch sessions, the group
-    and transaction coordinators."""
+    """Create what the handlers ask besides the logs: the authorizer and its ACLs, client quotas, SASL
+    (listeners' mechanisms, SCRAM credentials), replicas, producer ids, fetch sessions, the group and
+    transaction coordinators."""
     from minibroker.coordinator.producer_state import ProducerIdAllocator
+    from minibroker.security.authorizer import Authorizer
+
+    broker.authorizer = Authorizer.from_config(broker.config)  # ACLs loaded before the first request
+    from minibroker.security.quotas import ClientQuotas
+
+    broker.client_quotas = ClientQuotas.from_config(broker.config)
+    broker.client_quotas.load()  # quotas apply from the first request
+    from minibroker.security.sasl.authenticator import SaslListeners
+    from minibroker.security.scram_credentials import ScramCredentialStore
+
+    broker.scram_credentials = ScramCredentialStore(broker.config.data_dir)  # before the first SASL login
+    broker.sasl_listeners = SaslListeners(broker.config, broker.scram_credentials)
     from minibroker.fetch_sessions import FetchSessionCache
     from minibroker.replica_manager import ReplicaManager
 

@@ -249,7 +249,7 @@ def test_effective_masks_passwords():
         ("metrics.port=70000", "metrics.port"),
         ("listeners=localhost:9092", "listeners"),
         ("listeners=PLAINTEXT://:99999", "listeners"),
-        ("listeners=SSL://:9093", "PLAINTEXT only"),
+        ("listener.security.protocol.map=PLAINTEXT:TLS", "listener.security.protocol.map"),
         ("listeners=FOO://:9093", "listener.security.protocol.map"),
         ("advertised.listeners=PLAINTEXT://0.0.0.0:9092", "non-routable"),
         ("advertised.listeners=OTHER://h:1", "advertised.listeners"),

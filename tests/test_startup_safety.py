@@ -117,3 +117,22 @@ def test_bind_failure_names_the_listener_and_writes_nothing(tmp_path, which):
     with BrokerRunner(data_dir=data_dir) as runner:  # and the next start is a clean one
         assert runner.broker.logs.had_clean_shutdown
         assert [r.value for r in runner.consume("kept", 5)] == [b"x"] * 5
+
+
+@pytest.mark.parametrize("name", ["minibroker-acls.json", "minibroker-scram-credentials.json",
+                                  "minibroker-client-quotas.json"])
+def test_damaged_security_metadata_stops_start_up_naming_the_file(tmp_path, name):
+    """ACLs, SCRAM credentials and quotas are not silently dropped: a damaged file (not a missing one)
+    stops start-up with its path, and the file is left as it was for repair."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    damaged = data_dir / name
+    damaged.write_text('{"acls": [ truncated')
+    result = subprocess.run([sys.executable, "-m", "minibroker", "serve",
+                             "--override", f"log.dirs={data_dir}", "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+                             "--override", "authorizer.class.name=org.apache.kafka.metadata.authorizer."
+                             "StandardAuthorizer"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert f"cannot read {damaged}" in result.stderr, result.stderr
+    assert damaged.read_text() == '{"acls": [ truncated'

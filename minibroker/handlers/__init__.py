@@ -40,6 +40,15 @@ HANDLER_MODULES = (
     "txn_offset_commit",
     "describe_transactions",
     "list_transactions",
+    "describe_client_quotas",
+    "alter_client_quotas",
+    "describe_acls",
+    "create_acls",
+    "delete_acls",
+    "sasl_handshake",
+    "sasl_authenticate",
+    "describe_user_scram_credentials",
+    "alter_user_scram_credentials",
 )
 
 

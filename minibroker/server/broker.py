@@ -53,6 +53,8 @@ class Broker:
         self.replicas = None  # ReplicaManager: appends, reads, producer state
         self.producer_ids = None
         self.fetch_sessions = None
+        self.client_quotas = None  # minibroker.security.quotas.ClientQuotas, loaded in start_services
+        self.authorizer = None  # security.authorizer.Authorizer when authorizer.class.name is set
         self.bound: list[Endpoint] = []
         self.advertised: list[Endpoint] = []
         self.socket_server: SocketServer | None = None  # accepting, connection quotas, idle expiry
@@ -67,9 +69,10 @@ class Broker:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start in the order that keeps a failed start from touching the data: lock the log dirs,
-        bind every listener (and ``metrics.port``), and only then load and recover the logs, then
-        accept. A second broker on the same dirs, or a port in use, stops here with nothing written."""
+        """Start in the order that keeps a failed start from touching the data: read the TLS key
+        stores, lock the log dirs, bind every listener (and ``metrics.port``), and only then load and
+        recover the logs, then accept. A second broker on the same dirs, or a port in use, stops here
+        with nothing written."""
         t0 = time.perf_counter()
         from minibroker.handlers import load_handlers
         from minibroker.storage import LogManager
@@ -80,6 +83,11 @@ class Broker:
 
             log.warning("%s", deprecation_warning("log.message.format.version",
                                                   self.config["log.message.format.version"]))
+        from minibroker.security.tls import listener_tls
+
+        # Key stores and trust stores are read first: a bad one (TlsConfigError, naming the key and the
+        # file) stops start-up before anything is locked, bound or loaded.
+        tls_by_listener = listener_tls(self.config)
         log_dirs = [self.config.data_dir]
         self.logs = LogManager(log_dirs, self.config, self.node_id)
         try:
@@ -110,7 +118,8 @@ class Broker:
             self._start_services()
             self.socket_server = SocketServer(self, self.config)
             protocols = self.config.security_protocol_map()
-            self.socket_server.start([Listener(name, sock, protocols.get(name, "PLAINTEXT"))
+            self.socket_server.start([Listener(name, sock, protocols.get(name, "PLAINTEXT"),
+                                               tls_by_listener.get(name))
                                       for name, _, sock in listening])
             self.bound = [Endpoint(name, host, sock.getsockname()[1]) for name, host, sock in listening]
             listening.clear()  # the socket server owns them now
@@ -177,9 +186,13 @@ class Broker:
     DYNAMIC_CONFIGS_FILE = "minibroker-dynamic-configs.json"
 
     def load_dynamic_configs(self) -> None:
-        from minibroker.storage.metadata_file import load_metadata
+        from minibroker.storage.metadata_file import MetadataFileError, load_metadata
 
-        saved = load_metadata(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE, {})
+        try:
+            saved = load_metadata(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE, {})
+        except MetadataFileError as e:  # settings, unlike ACLs or credentials: start on the static ones
+            log.warning("ignoring unreadable dynamic configs: %s", e)
+            return
         for layer, cluster_default in (("broker", False), ("cluster_default", True)):
             for key, value in saved.get(layer, {}).items():
                 try:

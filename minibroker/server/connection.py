@@ -23,7 +23,15 @@ Rules kept here:
 - a synchronous handler is answered inline in ``data_received`` (no task switch on the produce
   path); an async one (long-poll fetch, group joins) runs in a task while later requests wait;
 - responses carrying ``FileRegion``s are sent with ``os.sendfile`` on the socket once the
-  transport's own buffer is empty, so record bytes never pass through Python;
+  transport's own buffer is empty, so record bytes never pass through Python; on TLS connections
+  (SSL, SASL_SSL) they are read in ``TLS_CHUNK`` pieces and written to the TLS transport instead,
+  with at most ``TLS_WINDOW`` bytes waiting in it;
+- a client over a quota (minibroker/security/quotas.py) is answered at once with the throttle time,
+  then muted as KIP-219 says: ``throttle(ms)`` stops handling and reading its requests until a timer
+  fires, on top of the other reasons to pause reading;
+- on SASL listeners ``sasl`` (minibroker/security/sasl/authenticator.py) says which requests may be
+  handled before authentication (others close the connection), takes SaslHandshake v0's unframed
+  tokens, and a failed exchange closes the connection once its answer is written;
 - an unknown API key, an unsupported version (other than ApiVersions') or an undecodable
   request closes this connection only, logged at debug.
 """
@@ -43,6 +51,7 @@ from minibroker.handlers.api_versions import unsupported_version_body
 from minibroker.handlers.registry import HANDLERS, CloseConnection
 from minibroker.protocol import codec
 from minibroker.security.principal import ANONYMOUS
+from minibroker.security.sasl import new_authenticator
 
 log = logging.getLogger("minibroker.server")
 request_log = logging.getLogger("minibroker.request")
@@ -54,6 +63,8 @@ API_VERSIONS = 18
 INITIAL_BUFFER = 16 * 1024  # a connection's read buffer on its first read
 SILENT_BUFFER = 256  # the least a silent connection keeps for the few bytes it holds
 RETAIN_BUFFER = 2 * 1024 * 1024  # a larger read buffer is dropped as soon as its frames are handled
+TLS_CHUNK = 64 * 1024  # record bytes read per write on a TLS connection (no sendfile there)
+TLS_WINDOW = 256 * 1024  # a TLS connection waits for its transport to drain once it holds this much
 
 
 def _pow2(n: int) -> int:
@@ -104,7 +115,7 @@ class MemoryPool:
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker, max_request_size: int, listener: str = "PLAINTEXT", *, address: str = "",
-                 pool: MemoryPool | None = None, security_protocol: str = "PLAINTEXT"):
+                 pool: MemoryPool | None = None, security_protocol: str = "PLAINTEXT", tls=None):
         self.broker = broker
         self.listener = listener  # the listener name this connection came in on
         self.max_request_size = max_request_size
@@ -131,12 +142,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._drained: asyncio.Future | None = None  # set while the transport buffer is non-empty
         self._write_paused = False
         self._send_blocked = False  # a sendfile waits for the socket to take more
+        self._throttled = False  # a client quota muted it: requests wait until the timer fires
+        self._throttle_timer: asyncio.TimerHandle | None = None
         self._sock_fd_dup = -1
         self.session_ids: set[int] = set()  # fetch sessions created here (for cleanup)
         # Who the client is (minibroker/security): User:ANONYMOUS until a client certificate or a SASL
         # login says otherwise. Handlers read it as header.principal (authorizer, quotas).
         self.principal = ANONYMOUS
         self.security_protocol = security_protocol  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+        self.tls = tls  # minibroker.security.tls.ListenerTls on SSL and SASL_SSL listeners, else None
+        # SASL_PLAINTEXT and SASL_SSL: the SaslAuthenticator (minibroker/security/sasl) gates requests
+        # until a SASL login succeeds; None on other listeners.
+        self.sasl = new_authenticator(broker, self) if security_protocol.startswith("SASL_") else None
 
     # -- connection lifecycle and flow control -------------------------------------------------
 
@@ -145,8 +162,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = transport.get_extra_info("peername")
         self.last_active = asyncio.get_running_loop().time()
         # high=0: every write that cannot complete at once pauses us, and resume_writing says the
-        # buffer is empty again, which is when sendfile may write to the socket directly.
-        transport.set_write_buffer_limits(high=0, low=0)
+        # buffer is empty again, which is when sendfile may write to the socket directly. asyncio's
+        # TLS transport pauses at size >= high (the socket transport at size > high): 1 is the same rule.
+        transport.set_write_buffer_limits(high=0 if self.tls is None else 1, low=0)
+        if self.tls is not None and self.security_protocol == "SSL":
+            # the handshake is done: a client certificate names the principal (SASL_SSL: SASL does)
+            try:
+                self.principal = self.tls.principal_of(transport)
+            except ValueError as e:  # no ssl.principal.mapping.rules rule applies: Kafka fails it
+                log.info("%s: closing: %s", self.peer, e)
+                self._closed = True
+                transport.abort()
+                return
         self.broker.connections.add(self)
         self.broker.metrics.connections_opened += 1
         log.debug("connection from %s", self.peer)
@@ -154,6 +181,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc):
         self._closed = True
         self._release_memory()
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
         self.broker.connections.discard(self)
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -209,7 +239,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if stop > end:
                 need = size + 4
                 break
-            if not self._queue and not self._busy and not self._write_paused:
+            if not self._queue and not self._busy and not self._write_paused and not self._throttled:
                 # Handled straight from the read buffer: decoding finishes before the buffer is
                 # compacted, and no decoded request keeps a view of it past its synchronous
                 # handling (only Produce carries records views, and Produce is synchronous).
@@ -304,6 +334,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._make_room(size + 4)
         self._update_reading()
 
+    def throttle(self, delay_ms: int) -> None:
+        """Mute this connection for ``delay_ms`` from now (KIP-219: a client quota was exceeded). The
+        response to the current request still goes out at once, carrying the throttle time; the next
+        request is neither handled nor read until the timer fires (frames already read wait queued). A
+        later end already set is kept."""
+        if self._closed or delay_ms <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        end = loop.time() + delay_ms / 1000
+        timer = self._throttle_timer
+        if timer is not None:
+            if timer.when() >= end:
+                return
+            timer.cancel()
+        self._throttled = True
+        self._throttle_timer = loop.call_at(end, self._end_throttle)
+        self._update_reading()
+
+    def _end_throttle(self) -> None:
+        self._throttle_timer = None
+        self._throttled = False
+        if not self._closed:
+            self._pump()  # queued requests first, then reading resumes
+
+    @property
+    def throttled(self) -> bool:
+        """Muted by a client quota until its throttle time has passed."""
+        return self._throttled
+
     @property
     def buffer_size(self) -> int:
         """Bytes of read buffer this connection holds now (0 when it has none)."""
@@ -337,7 +396,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _pump(self) -> None:
         queue = self._queue
         # A client that does not read its responses stops being read: its memory stays bounded.
-        while queue and not self._busy and not self._closed and not self._write_paused:
+        while (queue and not self._busy and not self._closed and not self._write_paused
+               and not self._throttled):
             frame = queue.popleft()
             if self._pool is not None:
                 self._queued_bytes -= len(frame)
@@ -348,7 +408,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self._closed:
             return
-        if len(self._queue) >= MAX_QUEUED or self._mem_muted:
+        if len(self._queue) >= MAX_QUEUED or self._mem_muted or self._throttled:
             if not self._reading_paused:
                 self._reading_paused = True
                 self.transport.pause_reading()
@@ -358,6 +418,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _handle_frame(self, frame) -> None:
         started = time.perf_counter()
+        sasl = self.sasl
+        if sasl is not None and sasl.expects_raw_token:  # after SaslHandshake v0: a bare token, no header
+            return sasl.raw_token(frame)
         try:
             header, body_pos = codec.decode_request_header(frame)
         except ProtocolViolation as e:
@@ -366,6 +429,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         header.peer, header.listener, header.principal, header.connection = (
             self.peer, self.listener, self.principal, self)
         api_key, version = header.api_key, header.api_version
+        if sasl is not None and (refused := sasl.refusal(api_key)) is not None:  # not authenticated (yet)
+            return self._violation(refused)
         handler = HANDLERS.get(api_key)
         if handler is None:
             return self._violation(f"unknown or unserved API key {api_key}")
@@ -387,10 +452,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("%s v%d handler failed; closing %s", handler.name, version, self.peer)
             return self.close()
         if handler.is_async or asyncio.iscoroutine(result):  # sync handlers may defer (long-poll)
+            header.loop_seconds = time.perf_counter() - started  # request_percentage: not the waiting
             self._busy = True
             self._task = asyncio.ensure_future(self._finish_async(header, result, started))
         else:
             self._respond(header, version, result, started)
+            if sasl is not None and sasl.failed:  # the failed SASL exchange is answered, then closed
+                self.close()
 
     async def _finish_async(self, header, awaitable, started) -> None:
         try:
@@ -410,9 +478,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._busy = False
         self.active = True
         self._respond(header, header.api_version, response, started)
+        if self.sasl is not None and self.sasl.failed:  # answered after the failed-authentication delay
+            self.close()
+            return
         self._pump()
 
     def _respond(self, header, version: int, response, started: float) -> None:
+        quotas = self.broker.client_quotas
+        if quotas.request.enabled and response is not None:
+            spent = getattr(header, "loop_seconds", None)
+            quotas.charge_request_time(self, header, response,
+                                       time.perf_counter() - started if spent is None else spent)
         if response is not None and not self._closed:
             parts = codec.encode_response(header.api_key, version, header.correlation_id, response)
             if len(parts) == 1:
@@ -433,7 +509,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             for part in parts:
                 if isinstance(part, FileRegion):
-                    await self._sendfile(part)
+                    await (self._sendfile(part) if self.tls is None else self._send_region_copied(part))
                 else:
                     self.transport.write(part)
                 self.broker.metrics.bytes_out += len(part)
@@ -455,6 +531,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if not self._write_paused and not self.transport.get_write_buffer_size():
                 break
             await self._drained
+
+    async def _send_region_copied(self, region: FileRegion) -> None:
+        """Send ``region`` through the transport in ``TLS_CHUNK`` reads (TLS: the bytes must be
+        encrypted, so ``sendfile`` on the socket would corrupt the stream). Writes stop while the
+        transport holds ``TLS_WINDOW`` bytes or more and resume once it has sent them: the memory a
+        large fetch costs stays bounded whatever the client's reading speed."""
+        in_fd = region.file.fileno()
+        offset, remaining = region.position, region.size
+        while remaining > 0:
+            if self._closed:
+                raise ConnectionResetError("connection closed")
+            data = os.pread(in_fd, min(TLS_CHUNK, remaining), offset)
+            if not data:
+                # The file shrank under us, as in _sendfile: a short frame would desync the client.
+                raise ConnectionResetError("segment shorter than the region being sent")
+            self.transport.write(data)
+            offset += len(data)
+            remaining -= len(data)
+            self.active = True
+            if remaining and self.transport.get_write_buffer_size() >= TLS_WINDOW:
+                self._send_blocked = True
+                try:
+                    await self._wait_transport_empty()
+                finally:
+                    self._send_blocked = False
 
     async def _sendfile(self, region: FileRegion) -> None:
         """Send ``region`` from its file straight to the socket (zero-copy)."""

@@ -21,8 +21,14 @@ SocketServer, Acceptor and ConnectionQuotas do (one event loop here instead of t
 - ``socket.send.buffer.bytes`` is set on each accepted socket, ``socket.receive.buffer.bytes`` on
   the listening socket before ``listen()`` (accepted sockets inherit it, and the TCP window scale
   is chosen from it); -1 keeps the OS's default (and its auto-tuning);
+- ``max.connection.creation.rate`` (broker-wide: over it, the next accept waits the throttle time) and
+  the ``connection_creation_rate`` client quota per address (over it, the connection is held without
+  an answer for the throttle time, then closed), measured as Kafka's ConnectionQuotas measures them
+  (minibroker/security/quotas.py);
 - ``queued.max.request.bytes``: the ``MemoryPool`` every connection reserves request bytes from
-  (minibroker/server/connection.py).
+  (minibroker/server/connection.py);
+- SSL and SASL_SSL listeners: the TLS handshake runs before the connection is made, within
+  ``ssl_handshake_timeout`` (minibroker/security/tls.py builds each listener's context at start-up).
 
 Limits are read from the configuration at each accept and sweep, so AlterConfigs changes to
 the dynamic ones (``max.connections``, ``max.connections.per.ip`` and its overrides) apply to the
@@ -35,6 +41,8 @@ import asyncio
 import errno
 import logging
 import socket
+
+from minibroker.security.quotas import now_ms
 
 log = logging.getLogger("minibroker.server")
 
@@ -114,12 +122,13 @@ def resolve_ip_overrides(value: str) -> dict[str, int]:
 
 
 class Listener:
-    """One bound listening socket and the listener name it serves."""
+    """One bound listening socket and the listener name it serves; ``tls`` (a
+    minibroker.security.tls.ListenerTls) on SSL and SASL_SSL listeners."""
 
-    __slots__ = ("name", "sock", "security_protocol")
+    __slots__ = ("name", "sock", "security_protocol", "tls")
 
-    def __init__(self, name: str, sock: socket.socket, security_protocol: str = "PLAINTEXT"):
-        self.name, self.sock, self.security_protocol = name, sock, security_protocol
+    def __init__(self, name: str, sock: socket.socket, security_protocol: str = "PLAINTEXT", tls=None):
+        self.name, self.sock, self.security_protocol, self.tls = name, sock, security_protocol, tls
 
 
 class SocketServer:
@@ -143,6 +152,12 @@ class SocketServer:
         self.memory_pool = MemoryPool(queued_max) if queued_max > 0 else None
         self._accepting = False
         self._backoff: asyncio.TimerHandle | None = None
+        from minibroker.security.quotas import ConnectionRateQuotas
+
+        # connection creation rates: max.connection.creation.rate and the ip client quotas
+        self.connection_rates = ConnectionRateQuotas(broker.client_quotas, config)
+        self._held: tuple | None = None  # the connection accepted while the broker-wide rate throttles
+        self._rate_refused: dict[socket.socket, asyncio.TimerHandle] = {}  # held, then closed
         self._closed = False
         self._pending: set[asyncio.Task] = set()  # accepted sockets being handed to transports
         self._overrides_raw: str | None = None
@@ -183,6 +198,13 @@ class SocketServer:
         self._pause_accepting()
         if self._backoff is not None:
             self._backoff.cancel()
+        if self._held is not None:
+            self._held[1].close()
+            self._held = None
+        for sock, timer in self._rate_refused.items():
+            timer.cancel()
+            sock.close()
+        self._rate_refused.clear()
         for listener in self.listeners:
             listener.sock.close()
         for task in self._pending:
@@ -226,15 +248,48 @@ class SocketServer:
                     return
                 log.warning("accept on listener %s failed: %s", listener.name, e)
                 return
-            try:
-                self._serve(listener, sock, address_key(peer[0]))
-            except Exception:
-                log.exception("cannot serve a connection from %s; closing it", peer[0])
-                sock.close()
+            address = address_key(peer[0])
+            delay = self.connection_rates.broker_delay_ms(now_ms())
+            if delay:
+                # Kafka's acceptor waits out the throttle before it takes the connection in; here the
+                # listening sockets leave the loop meanwhile
+                log.debug("max.connection.creation.rate exceeded: next connection in %d ms", delay)
+                self._pause_accepting()
+                self._held = (listener, sock, address)
+                self._backoff = self._loop.call_later(delay / 1000, self._end_rate_throttle)
+                return
+            self._take(listener, sock, address)
 
     def _end_backoff(self) -> None:
         self._backoff = None
         self._resume_accepting()
+
+    def _end_rate_throttle(self) -> None:
+        self._backoff = None
+        held, self._held = self._held, None
+        if held is not None:
+            self._take(*held)
+        self._resume_accepting()
+
+    def _take(self, listener: Listener, sock: socket.socket, address: str) -> None:
+        """Serve an accepted connection, unless its address is over its connection_creation_rate: then
+        it is held, unanswered and uncounted, for the throttle time and closed (Kafka's ConnectionQuotas
+        delays the close, so that the client does not reconnect at once)."""
+        delay = self.connection_rates.address_delay_ms(address, now_ms())
+        if delay:
+            log.debug("connection from %s over its connection_creation_rate: closing it in %d ms", address,
+                      delay)
+            self._rate_refused[sock] = self._loop.call_later(delay / 1000, self._close_refused, sock)
+            return
+        try:
+            self._serve(listener, sock, address)
+        except Exception:
+            log.exception("cannot serve a connection from %s; closing it", address)
+            sock.close()
+
+    def _close_refused(self, sock: socket.socket) -> None:
+        self._rate_refused.pop(sock, None)
+        sock.close()
 
     def _serve(self, listener: Listener, sock: socket.socket, address: str) -> None:
         from minibroker.server.connection import KafkaConnection
@@ -263,14 +318,22 @@ class SocketServer:
             return
         conn = KafkaConnection(self.broker, self.config["socket.request.max.bytes"], listener.name,
                                address=address, pool=self.memory_pool,
-                               security_protocol=listener.security_protocol)
-        task = self._loop.create_task(self._connect(sock, conn))
+                               security_protocol=listener.security_protocol, tls=listener.tls)
+        task = self._loop.create_task(self._connect(sock, conn, listener.tls))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _connect(self, sock: socket.socket, conn) -> None:
+    async def _connect(self, sock: socket.socket, conn, tls=None) -> None:
         try:
-            await self._loop.connect_accepted_socket(lambda: conn, sock)
+            if tls is None:
+                await self._loop.connect_accepted_socket(lambda: conn, sock)
+            else:
+                # The TLS handshake happens here, before the connection is made: a client that does
+                # not finish it (plaintext bytes, no certificate under ssl.client.auth=required, silence)
+                # fails or times out here and is closed; its slot counts until then.
+                await self._loop.connect_accepted_socket(
+                    lambda: conn, sock, ssl=tls.context, ssl_handshake_timeout=tls.handshake_timeout,
+                    ssl_shutdown_timeout=tls.handshake_timeout)
         except BaseException as e:
             # never made (or made and failed at once): its count goes back here; ``release``
             # happens once whichever way the connection ends
