@@ -5,7 +5,10 @@ Fixtures:
   ``.create_topic(name, partitions=1, config=None)``, ``.delete_topic``, ``.produce``, ``.consume``,
   ``.restart()``, ``.data_dir`` (see ``minibroker.testing.BrokerRunner``);
 - ``minibroker_factory`` (function scope): ``minibroker_factory(overrides=None, mode=None)`` starts
-  more brokers with their own config; all are stopped and their data removed after the test.
+  more brokers with their own config; all are stopped and their data removed after the test. Security
+  keywords pass through to ``BrokerRunner``: ``minibroker_factory(security_protocol="SASL_SSL",
+  sasl_mechanism="SCRAM-SHA-256")`` starts a broker with throwaway certificates and SASL users, and
+  ``broker.client_config("confluent-kafka")`` (or "kafka-python", "aiokafka") gives matching settings.
 
 Options (command line, or the ini keys of the same name with ``_`` for ``-``):
 - ``--minibroker-mode thread|process``: in-process on a background event-loop thread (default,
@@ -92,8 +95,9 @@ def minibroker_factory(request):
     started: list[BrokerRunner] = []
 
     def start(overrides: dict[str, str] | None = None, *, mode: str | None = None,
-              data_dir: str | None = None) -> BrokerRunner:
-        runner = BrokerRunner({**base, **(overrides or {})}, mode=mode or mode_default, data_dir=data_dir)
+              data_dir: str | None = None, **security) -> BrokerRunner:
+        runner = BrokerRunner({**base, **(overrides or {})}, mode=mode or mode_default, data_dir=data_dir,
+                              **security)
         started.append(runner)
         request.config.stash.setdefault(_RUNNERS, []).append(runner)
         return runner.start()

@@ -38,8 +38,114 @@ class _LogCapture(logging.Handler):
             self.lines.append(self.format(record))
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+DEFAULT_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
+
+
+class _Security:
+    """A test broker's listener security: throwaway certificates (``minibroker certs``) for SSL and
+    SASL_SSL, users for SASL (PLAIN from the listener's JAAS config; SCRAM credentials written into the
+    data directory before the first start, as ``kafka-storage.sh format --add-scram`` does), and the
+    matching settings of each client."""
+
+    def __init__(self, protocol: str, mechanism: str, users: dict[str, str] | None, client_auth: str,
+                 host: str):
+        self.protocol = protocol
+        self.mechanism = mechanism.upper()
+        self.users = dict(users or DEFAULT_USERS)
+        self.client_auth = client_auth
+        self.tls = protocol in ("SSL", "SASL_SSL")
+        self.sasl = protocol.startswith("SASL_")
+        self.certs: dict[str, str] = {}
+        self._certs_dir: str | None = None
+        if self.tls:
+            from minibroker.tools.certs import generate_test_certs
+
+            self._certs_dir = tempfile.mkdtemp(prefix="minibroker-certs-")
+            self.certs = generate_test_certs(self._certs_dir, hosts=[host])
+        self._scram_written = False
+
+    def broker_overrides(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if self.tls:
+            out.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": self.certs["broker_keystore"],
+                        "ssl.truststore.type": "PEM", "ssl.truststore.location": self.certs["ca"],
+                        "ssl.client.auth": self.client_auth})
+        if self.sasl:
+            out["sasl.enabled.mechanisms"] = self.mechanism
+            if self.mechanism == "PLAIN":
+                options = " ".join(f'user_{name}="{password}"' for name, password in self.users.items())
+                out[f"listener.name.{self.protocol.lower()}.plain.sasl.jaas.config"] = (
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {options};")
+            elif self.mechanism == "OAUTHBEARER":
+                out[f"listener.name.{self.protocol.lower()}.oauthbearer.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;")
+        return out
+
+    def before_start(self, data_dir: str) -> None:
+        if self.sasl and self.mechanism in SCRAM_MECHANISMS and not self._scram_written:
+            from minibroker.security.sasl.scram import MECHANISMS, credential_from_password
+            from minibroker.security.scram_credentials import write_offline
+
+            mechanism = MECHANISMS[self.mechanism]
+            write_offline(data_dir, [(user, mechanism, credential_from_password(mechanism, password, 4096))
+                                     for user, password in self.users.items()], [])
+            self._scram_written = True
+
+    def client_config(self, client: str, bootstrap: str, user: str | None) -> dict:
+        user = user or next(iter(self.users))
+        password = self.users.get(user, "")
+        mutual = self.client_auth in ("required", "requested")
+        if client == "confluent-kafka":
+            out = {"bootstrap.servers": bootstrap, "security.protocol": self.protocol}
+            if self.tls:
+                out["ssl.ca.location"] = self.certs["ca"]
+                if mutual:
+                    out.update({"ssl.certificate.location": self.certs["client_cert"],
+                                "ssl.key.location": self.certs["client_key"]})
+            if self.sasl:
+                out["sasl.mechanism"] = self.mechanism
+                if self.mechanism == "OAUTHBEARER":
+                    out.update({"enable.sasl.oauthbearer.unsecure.jwt": True,
+                                "sasl.oauthbearer.config": f"principal={user}"})
+                else:
+                    out.update({"sasl.username": user, "sasl.password": password})
+            return out
+        if client not in ("kafka-python", "aiokafka"):
+            raise ValueError("client must be kafka-python, aiokafka or confluent-kafka")
+        out = {"bootstrap_servers": bootstrap, "security_protocol": self.protocol}
+        if self.tls:
+            cert, key = (self.certs["client_cert"], self.certs["client_key"]) if mutual else (None, None)
+            if client == "aiokafka":
+                from aiokafka.helpers import create_ssl_context
+
+                out["ssl_context"] = create_ssl_context(cafile=self.certs["ca"], certfile=cert, keyfile=key)
+            else:
+                out.update({"ssl_cafile": self.certs["ca"], "ssl_check_hostname": True})
+                if mutual:
+                    out.update({"ssl_certfile": cert, "ssl_keyfile": key})
+        if self.sasl:
+            if self.mechanism == "OAUTHBEARER":
+                raise ValueError("OAUTHBEARER settings are given for confluent-kafka only")
+            out.update({"sasl_mechanism": self.mechanism, "sasl_plain_username": user,
+                        "sasl_plain_password": password})
+        return out
+
+    def cleanup(self) -> None:
+        if self._certs_dir is not None:
+            shutil.rmtree(self._certs_dir, ignore_errors=True)
+            self._certs_dir = None
+
+
 class BrokerRunner:
-    """A broker started on demand; ``mode`` is ``"thread"`` (fastest) or ``"process"``."""
+    """A broker started on demand; ``mode`` is ``"thread"`` (fastest) or ``"process"``.
+
+    ``security_protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) gives the listener; with TLS the
+    runner makes throwaway certificates (``ssl_client_auth`` "required" for mutual TLS), with SASL it
+    enables ``sasl_mechanism`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER unsecured) for ``users``
+    (name -> password; default admin and alice). ``client_config(client)`` hands out matching settings.
+    """
 
     def __init__(
         self,
@@ -49,17 +155,25 @@ class BrokerRunner:
         mode: str = "thread",
         host: str = "127.0.0.1",
         log_level: str = "INFO",
+        security_protocol: str = "PLAINTEXT",
+        sasl_mechanism: str = "PLAIN",
+        users: dict[str, str] | None = None,
+        ssl_client_auth: str = "none",
     ):
         if mode not in ("thread", "process"):
             raise ValueError("mode must be 'thread' or 'process'")
+        if security_protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}")
         self.mode = mode
         self.host = host
         self.log_level = log_level
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="minibroker-")
+        self.security = _Security(security_protocol, sasl_mechanism, users, ssl_client_auth, host)
         self.overrides = {
-            "listeners": f"PLAINTEXT://{host}:0",
+            "listeners": f"{security_protocol}://{host}:0",
             "log.dirs": self.data_dir,
+            **self.security.broker_overrides(),
             **(overrides or {}),
         }
         self.port: int | None = None
@@ -89,7 +203,8 @@ class BrokerRunner:
 
         overrides = [f"{k}={v}" for k, v in self.overrides.items()]
         if self.port is not None:  # a restart keeps its port so clients reconnect
-            overrides.append(f"listeners=PLAINTEXT://{self.host}:{self.port}")
+            overrides.append(f"listeners={self.security.protocol}://{self.host}:{self.port}")
+        self.security.before_start(self.data_dir)
         config = load_config(None, overrides, {})
         broker_logger = logging.getLogger("minibroker")
         if broker_logger.level == logging.NOTSET:  # otherwise the root's WARNING would drop the INFO lines
@@ -113,7 +228,8 @@ class BrokerRunner:
         cmd = [sys.executable, "-m", "minibroker", "serve", "--log-level", self.log_level]
         overrides = dict(self.overrides)
         if self.port is not None:
-            overrides["listeners"] = f"PLAINTEXT://{self.host}:{self.port}"
+            overrides["listeners"] = f"{self.security.protocol}://{self.host}:{self.port}"
+        self.security.before_start(self.data_dir)
         for k, v in overrides.items():
             cmd += ["--override", f"{k}={v}"]
         log_file = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
@@ -184,6 +300,7 @@ class BrokerRunner:
         self.stop()
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+        self.security.cleanup()
         if os.path.exists(self._log_path):
             os.unlink(self._log_path)
 
@@ -203,9 +320,25 @@ class BrokerRunner:
         except FileNotFoundError:
             return ""
 
+    # -- client settings -------------------------------------------------------------------------
+
+    def client_config(self, client: str = "kafka-python", user: str | None = None) -> dict:
+        """Settings that connect ``client`` ("kafka-python", "aiokafka" or "confluent-kafka") to this
+        broker, as ``user`` (default: the first of ``users``) on a SASL listener, with the test CA (and on
+        a listener with ``ssl_client_auth`` the client certificate) on a TLS one. Pass them as keyword
+        arguments (kafka-python, aiokafka) or as the config dict (confluent-kafka)."""
+        return self.security.client_config(client, self.bootstrap_servers, user)
+
     # -- conveniences over the wire -------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+        if self.security.protocol != "PLAINTEXT":  # minibroker's own wire client speaks plaintext only
+            from kafka.admin import KafkaAdminClient, NewTopic
+
+            with KafkaAdminClient(**self.client_config()) as admin:
+                admin.create_topics([NewTopic(name, partitions, 1, topic_configs={
+                    k: str(v) for k, v in (config or {}).items()})])
+            return
         from minibroker.tools.topics import TopicAdmin, error_text
 
         with TopicAdmin(self.bootstrap_servers) as admin:
@@ -214,6 +347,12 @@ class BrokerRunner:
             raise RuntimeError(f"create_topic({name!r}) failed: {error_text(code, message)}")
 
     def delete_topic(self, name: str) -> None:
+        if self.security.protocol != "PLAINTEXT":
+            from kafka.admin import KafkaAdminClient
+
+            with KafkaAdminClient(**self.client_config()) as admin:
+                admin.delete_topics([name])
+            return
         from minibroker.tools.topics import TopicAdmin, error_text
 
         with TopicAdmin(self.bootstrap_servers) as admin:
@@ -234,7 +373,7 @@ class BrokerRunner:
         """Send values (bytes or str) with kafka-python; returns their offsets."""
         from kafka import KafkaProducer
 
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap_servers, **producer_config)
+        producer = KafkaProducer(**{**self.client_config(), **producer_config})
         try:
             futures = [
                 producer.send(
@@ -263,9 +402,7 @@ class BrokerRunner:
         """Read ``count`` records from the start of ``topic`` with kafka-python (assign, no group)."""
         from kafka import KafkaConsumer, TopicPartition
 
-        consumer = KafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False, **consumer_config
-        )
+        consumer = KafkaConsumer(**{**self.client_config(), "enable_auto_commit": False, **consumer_config})
         try:
             if partition is None:
                 parts = consumer.partitions_for_topic(topic) or {0}

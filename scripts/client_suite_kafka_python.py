@@ -12,7 +12,10 @@ script:
    settings of the suite's own broker template (``BROKER_OVERRIDES``);
 4. runs ``python -m pytest test/integration`` there, so the suite tests the client code it ships
    with, recording each test's outcome through this module used as a pytest plugin;
-5. stops the broker and compares every outcome with ``tests/client_suites/kafka-python-<version>
+5. stops the broker, then runs the SSL and SASL test files (``OWN_BROKER_FILES``), which start brokers
+   of their own whatever ``KAFKA_URI`` says, with scripts/client_suite_own_brokers.py making the
+   suite's ``KafkaFixture`` start minibroker with the transport and SASL mechanism each test asks for;
+6. compares every outcome with ``tests/client_suites/kafka-python-<version>
    .expected``: a test not listed there must pass; a listed one must end as listed.
 
 Exit status 0 when every outcome is as expected; 1 when a test newly fails, newly passes, or ends
@@ -64,9 +67,10 @@ KAFKA_VERSION = "4.0"
 # a free port, partitions=4, replicas=1 and, for Kafka >= 4.0, an authorizer allowing everyone.
 # listeners and advertised.listeners (both PLAINTEXT://{host}:{port}) are added by broker_overrides().
 # Left out: the CONTROLLER listener, controller.quorum.bootstrap.servers and controller.listener.names
-# (minibroker has no separate controller listener), the SASL/SSL sections (empty for PLAINTEXT),
-# allow.everyone.if.no.acl.found (minibroker does not authorize, so everyone is allowed) and keys
+# (minibroker has no separate controller listener), the SASL/SSL sections (empty for PLAINTEXT) and keys
 # the template sets to Kafka's default (log.retention.*, log.segment.bytes, socket.*, num.*.threads).
+# The authorizer is on, as in the template: every request of the suite goes through the ACL checks
+# (User:ANONYMOUS, allowed wherever no ACL applies), and the ACL APIs are served.
 BROKER_OVERRIDES = {
     "node.id": "0",  # node.id={broker_id}
     "process.roles": "broker,controller",
@@ -86,6 +90,7 @@ BROKER_OVERRIDES = {
     "group.min.session.timeout.ms": "1000",
     "group.initial.rebalance.delay.ms": "0",
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": "true",
 }
 
 
@@ -307,10 +312,16 @@ def combine(lines: list[dict]) -> dict[str, Result]:
     return results
 
 
+# Test files that start a broker of their own (KafkaFixture.instance with an SSL or SASL transport),
+# whatever KAFKA_URI says: run in a second pass where that fixture starts minibroker
+# (scripts/client_suite_own_brokers.py).
+OWN_BROKER_FILES = ("test/integration/test_sasl_integration.py", "test/integration/test_ssl_integration.py")
+
+
 def run_suite(suite: str, workdir: str, run: int, pytest_args: list[str],
               deselect: list[str]) -> tuple[int, dict[str, Result], str, str]:
-    """Start a broker, run the suite against it, stop the broker. Returns (pytest exit code,
-    results, path of pytest's output, path of the broker's log)."""
+    """Start a broker, run the suite against it, stop the broker; then run the files that start their
+    own brokers. Returns (pytest exit code, results, path of pytest's output, path of the broker's log)."""
     sys.path.insert(0, ROOT)
     from minibroker.testing import BrokerRunner
 
@@ -328,42 +339,57 @@ def run_suite(suite: str, workdir: str, run: int, pytest_args: list[str],
             broker.cleanup()
             if attempt == 2:
                 raise
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "PYTEST_"))}
+    env.update({
+        "KAFKA_VERSION": KAFKA_VERSION,
+        "KAFKA_ROOT": kafka_root,
+        "MINIBROKER_SUITE_OUTCOMES": outcomes,
+        "PYTHONPATH": os.pathsep.join(p for p in (os.path.dirname(os.path.abspath(__file__)), ROOT,
+                                                  env.get("PYTHONPATH")) if p),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    })
+    options = [*[f"--deselect={nodeid}" for nodeid in deselect], *pytest_args]
+    started = time.monotonic()
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "PYTEST_"))}
-        env.update({
-            "KAFKA_URI": f"PLAINTEXT://{broker.bootstrap_servers}",
-            "KAFKA_VERSION": KAFKA_VERSION,
-            "KAFKA_ROOT": kafka_root,
-            "MINIBROKER_SUITE_OUTCOMES": outcomes,
-            "PYTHONPATH": os.pathsep.join(p for p in (os.path.dirname(os.path.abspath(__file__)),
-                                                      env.get("PYTHONPATH")) if p),
-            "PYTHONDONTWRITEBYTECODE": "1",
-        })
-        cmd = [sys.executable, "-m", "pytest", "test/integration",
-               "-p", "client_suite_kafka_python",  # this module: the outcome recorder above
-               "-p", "no:minibroker", "-p", "no:cacheprovider",  # our own plugin is not for this suite
-               f"--timeout={PER_TEST_TIMEOUT}", "--timeout-method=signal",
-               "--tb=short", "--show-capture=no", "-q", "-rN", "--durations=0", "--durations-min=5",
-               *[f"--deselect={nodeid}" for nodeid in deselect], *pytest_args]
-        started = time.monotonic()
         with open(output, "w", encoding="utf-8") as out:
-            try:
-                code = subprocess.run(cmd, cwd=suite, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                      timeout=SUITE_TIMEOUT).returncode
-            except subprocess.TimeoutExpired:
-                code = -1
-                out.write(f"\n*** the suite did not finish in {SUITE_TIMEOUT} s; killed\n")
-        print(f"run {run}: pytest exited with {code} after {time.monotonic() - started:.0f} s", flush=True)
+            ignore = [f"--ignore={f}" for f in OWN_BROKER_FILES]
+            code = _pytest(suite, {**env, "KAFKA_URI": f"PLAINTEXT://{broker.bootstrap_servers}"},
+                           ["test/integration"], [*ignore, *options], out)
     finally:
         text = broker.log_text()
         broker.cleanup()
         with open(broker_log, "w", encoding="utf-8") as f:
             f.write(text)
+    with open(output, "a", encoding="utf-8") as out:
+        out.write("\n*** the test files that start brokers of their own ***\n")
+        own_code = _pytest(suite, env, list(OWN_BROKER_FILES), ["-p", "client_suite_own_brokers", *options],
+                           out)
+    if pytest_args:  # a selection given on the command line may pick nothing in one of the passes
+        code, own_code = (0 if code == 5 else code), (0 if own_code == 5 else own_code)
+    if code in (0, 5) and own_code not in (0, 5):
+        code = own_code  # one exit code for both passes: the first failure's
+    print(f"run {run}: pytest exited with {code} after {time.monotonic() - started:.0f} s", flush=True)
     lines = []
     if os.path.exists(outcomes):
         with open(outcomes, encoding="utf-8") as f:
             lines = [json.loads(line) for line in f if line.strip()]
     return code, combine(lines), output, broker_log
+
+
+def _pytest(suite: str, env: dict[str, str], targets: list[str], options: list[str], out) -> int:
+    """One pytest run of the suite with this module recording outcomes; its exit code (-1: timed out)."""
+    cmd = [sys.executable, "-m", "pytest", *targets,
+           "-p", "client_suite_kafka_python",  # this module: the outcome recorder above
+           "-p", "no:minibroker", "-p", "no:cacheprovider",  # our own plugin is not for this suite
+           f"--timeout={PER_TEST_TIMEOUT}", "--timeout-method=signal",
+           "--tb=short", "--show-capture=no", "-q", "-rN", "--durations=0", "--durations-min=5", *options]
+    out.flush()
+    try:
+        return subprocess.run(cmd, cwd=suite, env=env, stdout=out, stderr=subprocess.STDOUT,
+                              timeout=SUITE_TIMEOUT).returncode
+    except subprocess.TimeoutExpired:
+        out.write(f"\n*** the suite did not finish in {SUITE_TIMEOUT} s; killed\n")
+        return -1
 
 
 # -- comparison --------------------------------------------------------------------------------------

@@ -64,3 +64,32 @@ def test_factory_example(minibroker_factory):
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap_servers)
     assert consumer.partitions_for_topic("auto-created") == {0, 1, 2, 3}
     consumer.close()
+
+
+def test_secure_broker_example(minibroker_factory):
+    from confluent_kafka import Producer
+    from kafka import KafkaConsumer
+
+    broker = minibroker_factory(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-256",
+                                users={"alice": "alice-secret"})
+    producer = Producer(broker.client_config("confluent-kafka", user="alice"))
+    producer.produce("secure-events", value=b"hello")
+    assert producer.flush(10) == 0
+
+    consumer = KafkaConsumer("secure-events", auto_offset_reset="earliest", consumer_timeout_ms=10_000,
+                             **broker.client_config("kafka-python", user="alice"))
+    assert next(iter(consumer)).value == b"hello"
+    consumer.close()
+
+
+async def test_secure_broker_aiokafka_example(minibroker_factory):
+    from aiokafka import AIOKafkaProducer
+
+    broker = minibroker_factory(security_protocol="SSL", ssl_client_auth="required")
+    producer = AIOKafkaProducer(**broker.client_config("aiokafka"))
+    await producer.start()
+    try:
+        metadata = await producer.send_and_wait("mtls-events", b"hello")
+    finally:
+        await producer.stop()
+    assert metadata.offset == 0
