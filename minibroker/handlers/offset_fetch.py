@@ -3,6 +3,9 @@
 Behaviour: the committed offset, leader epoch and metadata of each asked partition; -1, -1 and ""
 with no error where nothing is committed (also for unknown groups). Null topics (v2+) means every
 partition the group has committed.
+Authorization (with an authorizer), as Kafka: DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED for
+it), DESCRIBE on each topic: a named one the principal may not describe gets TOPIC_AUTHORIZATION_FAILED per
+partition, and such topics are left out when all of a group's offsets are asked.
 Version notes: v0-v1 put group errors (INVALID_GROUP_ID 24, COORDINATOR_LOAD_IN_PROGRESS 14) on each
 partition; v2-v7 have a top-level error; v5 committed leader epochs; v7 require_stable (always
 stable: there are no pending transactional offsets); v8+ several groups per request with per-group
@@ -15,14 +18,21 @@ from __future__ import annotations
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize, denied
 
 
-def _topics(result: dict, requested, unstable=frozenset()) -> list[Struct]:
+def _topics(result: dict, requested, unstable=frozenset(), refused=frozenset()) -> list[Struct]:
     by_topic: dict[str, list[Struct]] = {}
     if requested is not None:
         for t in requested:
             by_topic.setdefault(t.name, [])
     for (topic, partition), value in result.items():
+        if topic in refused:
+            by_topic.setdefault(topic, []).append(Struct(
+                partition_index=partition, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+            continue
         if (topic, partition) in unstable:
             by_topic.setdefault(topic, []).append(Struct(
                 partition_index=partition, committed_offset=-1, committed_leader_epoch=-1, metadata="",
@@ -37,14 +47,28 @@ def _topics(result: dict, requested, unstable=frozenset()) -> list[Struct]:
     return [Struct(name=name, partitions=parts) for name, parts in by_topic.items()]
 
 
-def _fetch(broker, group_id: str, topics, require_stable: bool):
-    """(committed offsets, partitions answered UNSTABLE_OFFSET_COMMIT)."""
-    partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+def _fetch(broker, header, group_id: str, topics, require_stable: bool):
+    """(committed offsets, partitions answered UNSTABLE_OFFSET_COMMIT, topics answered
+    TOPIC_AUTHORIZATION_FAILED). Kafka's checks: DESCRIBE on the group (else the group's error), then
+    DESCRIBE on each topic: a named topic the principal may not describe is answered with the error,
+    one among all the group's offsets is left out."""
+    if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    refused = frozenset()
+    if topics is not None and broker.authorizer is not None:
+        refused = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics))
+    partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes
+                                              if t.name not in refused]
     result = broker.groups.fetch_offsets(group_id, partitions)
     unstable = broker.groups.unstable_partitions(group_id) if require_stable else frozenset()
     if unstable and partitions is None:
         result.update({tp: None for tp in unstable if tp not in result})
-    return result, unstable
+    if topics is None and broker.authorizer is not None:
+        hidden = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in result))
+        result = {tp: v for tp, v in result.items() if tp[0] not in hidden}
+    elif refused:
+        result.update({(t.name, p): None for t in topics if t.name in refused for p in t.partition_indexes})
+    return result, unstable, refused
 
 
 @handles(9, (0, 9))
@@ -55,15 +79,15 @@ def handle_offset_fetch(broker, header, request):
         groups = []
         for g in request.groups:
             try:
-                result, unstable = _fetch(broker, g.group_id, g.topics, require_stable)
-                groups.append(Struct(group_id=g.group_id, topics=_topics(result, g.topics, unstable),
+                result, unstable, refused = _fetch(broker, header, g.group_id, g.topics, require_stable)
+                groups.append(Struct(group_id=g.group_id, topics=_topics(result, g.topics, unstable, refused),
                                      error_code=0))
             except KafkaError as e:
                 groups.append(Struct(group_id=g.group_id, topics=[], error_code=int(e.code)))
         return Struct(throttle_time_ms=0, groups=groups)
     topics = request.topics if version >= 2 else (request.topics or [])
     try:
-        result, unstable = _fetch(broker, request.group_id, topics, require_stable)
+        result, unstable, refused = _fetch(broker, header, request.group_id, topics, require_stable)
     except KafkaError as e:
         if version >= 2:
             return Struct(throttle_time_ms=0, topics=[], error_code=int(e.code))
@@ -71,4 +95,4 @@ def handle_offset_fetch(broker, header, request):
             Struct(name=t.name, partitions=[Struct(partition_index=p, committed_offset=-1, metadata="",
                                                    error_code=int(e.code)) for p in t.partition_indexes])
             for t in topics])
-    return Struct(throttle_time_ms=0, topics=_topics(result, topics, unstable), error_code=0)
+    return Struct(throttle_time_ms=0, topics=_topics(result, topics, unstable, refused), error_code=0)
