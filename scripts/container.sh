@@ -14,7 +14,9 @@
 #   scripts/container.sh wait-healthy NAME [SECONDS]   poll `podman healthcheck run` (no systemd here)
 #   scripts/container.sh stop NAME             podman stop, prints the seconds it took; then removes it
 #                                              with its anonymous data volume (rm -v): no volume left over
-#   scripts/container.sh compose-example [PROJECT]     broker up, wait healthy, run the app, down
+#   scripts/container.sh compose-example [PROJECT] [FILE]   broker up (after FILE's one-shot `setup`
+#                                              service, if any), wait healthy, run the app, down -v;
+#                                              FILE: compose.yaml, or examples/compose-sasl-ssl/compose.yaml
 #   scripts/container.sh compose ARGS...       podman-compose with the containers.conf
 #   scripts/container.sh podman ARGS...        podman with the containers.conf
 #   scripts/container.sh env                   print `export CONTAINERS_CONF=...` (eval it in a shell)
@@ -248,15 +250,19 @@ cmd_compose() {
 }
 
 cmd_compose_example() {
-    # podman-compose ignores `depends_on: condition: service_healthy`: start the broker, poll its
-    # healthcheck ourselves, then run the app service and return its exit code.
-    local project="${1:-minibroker-example}"
+    # podman-compose ignores `depends_on: condition: service_healthy` (and service_completed_successfully):
+    # run the file's one-shot `setup` service if it has one, start the broker, poll its healthcheck
+    # ourselves, then run the app service and return its exit code.
+    local project="${1:-minibroker-example}" file="${2:-$ROOT/compose.yaml}"
     use_conf
-    local pc=(podman-compose -p "$project" -f "$ROOT/compose.yaml")
+    local pc=(podman-compose -p "$project" -f "$file")
     local rc=0
     cmd_build  # a no-op when both images match their inputs
-    (cd "$ROOT" && "${pc[@]}" down -t 2 >/dev/null 2>&1) || true
-    (cd "$ROOT" && denoise "${pc[@]}" up -d --no-build minibroker >/dev/null) \
+    (cd "$ROOT" && "${pc[@]}" down -v -t 2 >/dev/null 2>&1) || true
+    if (cd "$ROOT" && "${pc[@]}" config --services 2>/dev/null) | grep -qx setup; then
+        (cd "$ROOT" && denoise "${pc[@]}" run --rm -T setup >/dev/null) || die "compose run setup failed"
+    fi
+    (cd "$ROOT" && denoise "${pc[@]}" up -d --no-build --no-deps minibroker >/dev/null) \
         || die "compose up minibroker failed"
     local cid
     cid="$(podman ps -q --filter "label=io.podman.compose.project=$project" \
@@ -266,7 +272,7 @@ cmd_compose_example() {
     if [ $rc = 0 ]; then
         (cd "$ROOT" && denoise "${pc[@]}" run --rm --no-deps -T app) || rc=$?
     fi
-    (cd "$ROOT" && "${pc[@]}" down -t 5 >/dev/null 2>&1) || true
+    (cd "$ROOT" && "${pc[@]}" down -v -t 5 >/dev/null 2>&1) || true  # -v: the file's named volumes too
     return $rc
 }
 
@@ -284,6 +290,6 @@ case "$cmd" in
     compose-example) cmd_compose_example "$@" ;;
     podman) use_conf; exec podman "$@" ;;
     env) use_conf; printf 'export CONTAINERS_CONF=%q\n' "$CONF" ;;
-    help|-h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' ;;
+    help|-h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command: $cmd (try: $0 help)" ;;
 esac

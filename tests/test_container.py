@@ -3,9 +3,10 @@
 Builds the image (the debootstrapped base tagged python:3.11-slim is cached between runs on a machine),
 starts it with a published port, waits for its Kafka-protocol healthcheck, produces and consumes through
 the published port with every codec, stops it (SIGTERM must be handled: a clean exit well within a
-second of broker time), restarts it on the same volume, then runs the compose example until its app
-service exits 0. Skipped only where podman cannot be installed, or in a local run with
-MINIBROKER_SKIP_CONTAINER=1 (never under CI: tests/suite_switches.py), which installs and builds nothing.
+second of broker time), restarts it on the same volume, then runs the compose example, and its SASL_SSL
+variant (examples/compose-sasl-ssl), until the app service exits 0. Skipped only where podman cannot be
+installed, or in a local run with MINIBROKER_SKIP_CONTAINER=1 (never under CI: tests/suite_switches.py),
+which installs and builds nothing.
 """
 
 from __future__ import annotations
@@ -238,3 +239,17 @@ def test_compose_example_app_succeeds(podman_env, capsys):
     assert r.returncode == 0, (f"compose example failed ({r.returncode}):\n"
                                f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     assert "consumed all 100 messages" in r.stdout
+
+
+def test_compose_sasl_ssl_example_app_succeeds(podman_env, capsys):
+    """examples/compose-sasl-ssl: certificates and SCRAM users made by the one-shot setup service, the
+    healthcheck logging in through --command-config, the app producing and consuming over SASL_SSL."""
+    project = f"minibroker-test-sasl-{os.getpid()}"
+    t0 = time.monotonic()
+    r = script("compose-example", project, str(ROOT / "examples" / "compose-sasl-ssl" / "compose.yaml"),
+               env=podman_env, timeout=300)
+    FIGURES["compose_sasl_ssl_example_s"] = time.monotonic() - t0
+    report(capsys)
+    assert r.returncode == 0, (f"SASL_SSL compose example failed ({r.returncode}):\n"
+                               f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    assert "over SASL_SSL" in r.stdout and "consumed all 100 messages" in r.stdout

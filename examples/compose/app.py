@@ -1,9 +1,11 @@
 """The compose example's app: produce to minibroker and consume it back with kafka-python, by service name.
 
 Reads BOOTSTRAP_SERVERS (default ``minibroker:9092``), TOPIC (default: a fresh ``compose-example-<id>``)
-and COUNT (default 100). Exits 0 when every message it produced comes back, in order, with its key and
-headers; 1 otherwise. Topics are auto-created (``auto.create.topics.enable``, on by default). The consumer
-assigns the partition itself, so no consumer group is involved.
+and COUNT (default 100); for a TLS or SASL listener (examples/compose-sasl-ssl) also SECURITY_PROTOCOL
+(default PLAINTEXT), SSL_CAFILE (the CA to trust), SASL_MECHANISM, SASL_USERNAME and SASL_PASSWORD.
+Exits 0 when every message it produced comes back, in order, with its key and headers; 1 otherwise.
+Topics are auto-created (``auto.create.topics.enable``, on by default). The consumer assigns the
+partition itself, so no consumer group is involved.
 """
 
 from __future__ import annotations
@@ -36,6 +38,19 @@ def wait_for_broker(bootstrap: str, deadline: float) -> None:
             time.sleep(0.5)
 
 
+def security_settings() -> dict:
+    """kafka-python's security arguments from the environment (none for PLAINTEXT)."""
+    protocol = os.environ.get("SECURITY_PROTOCOL", "PLAINTEXT").upper()
+    out: dict = {"security_protocol": protocol}
+    if protocol in ("SSL", "SASL_SSL") and os.environ.get("SSL_CAFILE"):
+        out["ssl_cafile"] = os.environ["SSL_CAFILE"]
+    if protocol.startswith("SASL_"):
+        out.update(sasl_mechanism=os.environ.get("SASL_MECHANISM", "PLAIN"),
+                   sasl_plain_username=os.environ.get("SASL_USERNAME"),
+                   sasl_plain_password=os.environ.get("SASL_PASSWORD"))
+    return out
+
+
 def main() -> int:
     bootstrap = os.environ.get("BOOTSTRAP_SERVERS", "minibroker:9092")
     run_id = uuid.uuid4().hex[:12]
@@ -44,18 +59,20 @@ def main() -> int:
     deadline = time.monotonic() + 60
     t0 = time.monotonic()
 
+    security = security_settings()
     wait_for_broker(bootstrap, deadline)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, **security)
     sent = [(f"key-{i}".encode(), f"{run_id} message {i}".encode()) for i in range(count)]
     futures = [producer.send(topic, key=k, value=v, partition=0, headers=[("run", run_id.encode())])
                for k, v in sent]
     producer.flush(timeout=30)
     offsets = [f.get(timeout=30).offset for f in futures]
     producer.close(timeout=5)
-    log(f"produced {count} messages to {topic} at {bootstrap} (offsets {offsets[0]}..{offsets[-1]})")
+    log(f"produced {count} messages to {topic} at {bootstrap} over {security['security_protocol']} "
+        f"(offsets {offsets[0]}..{offsets[-1]})")
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             consumer_timeout_ms=1000)
+                             consumer_timeout_ms=1000, **security)
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])
     consumer.seek(tp, offsets[0])

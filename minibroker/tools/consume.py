@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from minibroker.tools.client_config import kafka_python_tool_settings
 from minibroker.tools.produce import missing_kafka_python, parse_properties
 
 _ESCAPES = {"n": b"\n", "r": b"\r", "t": b"\t", "\\": b"\\", "0": b"\0"}
@@ -138,13 +139,16 @@ def run(args, stdout=None) -> int:
     except ValueError as e:
         print(f"minibroker consume: {e}", file=sys.stderr)
         return 2
+    settings, code = kafka_python_tool_settings(args, "consume")
+    if code:
+        return code
     subscribe = (args.group is not None and not args.partition
                  and args.offset is None and args.timestamp is None)
     try:
         consumer = KafkaConsumer(bootstrap_servers=args.bootstrap_server, group_id=args.group,
                                  enable_auto_commit=args.group is not None,
                                  auto_offset_reset="earliest" if args.from_beginning else "latest",
-                                 client_id="minibroker-consume", **extra)
+                                 client_id="minibroker-consume", **{**settings, **extra})
     except KafkaError as e:
         print(f"minibroker consume: cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
         return 1

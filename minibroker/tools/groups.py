@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from minibroker.tools.client_config import kafka_python_tool_settings
 from minibroker.tools.produce import missing_kafka_python
 
 INACTIVE = ("Empty", "Dead")
@@ -173,9 +174,12 @@ def run(args, out=None) -> int:
     except ImportError:
         return missing_kafka_python("groups")
     out = out or sys.stdout
+    settings, code = kafka_python_tool_settings(args, "groups")
+    if code:
+        return code
     try:
         admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="minibroker-groups",
-                                 request_timeout_ms=int(args.timeout * 1000))
+                                 request_timeout_ms=int(args.timeout * 1000), **settings)
     except KafkaError as e:
         print(f"minibroker groups: cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
         return 1

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from minibroker.tools.client_config import kafka_python_tool_settings
+
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -136,13 +138,16 @@ def run(args, stdin=None) -> int:
     except ValueError as e:
         print(f"minibroker produce: {e}", file=sys.stderr)
         return 2
+    settings, code = kafka_python_tool_settings(args, "produce")
+    if code:
+        return code
     separator = args.key_separator.encode() if args.key_separator is not None else None
     acks = "all" if args.acks in ("all", "-1") else int(args.acks)
     tally = Tally()
     try:
         producer = KafkaProducer(bootstrap_servers=args.bootstrap_server, acks=acks,
                                  compression_type=None if args.compression == "none" else args.compression,
-                                 client_id="minibroker-produce", **extra)
+                                 client_id="minibroker-produce", **{**settings, **extra})
     except KafkaError as e:
         print(f"minibroker produce: cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
         return 1

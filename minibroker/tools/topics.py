@@ -16,7 +16,8 @@ import sys
 
 from minibroker.errors import ErrorCode
 from minibroker.protocol import codec
-from minibroker.tools.wire import WireClient
+from minibroker.tools.client_config import ClientConfigError, read_client_config
+from minibroker.tools.wire import WireClient, failure_text
 
 API_VERSIONS, METADATA, CREATE_TOPICS, DELETE_TOPICS = 18, 3, 19, 20
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
@@ -49,11 +50,16 @@ def error_text(code: int, message: str | None = None) -> str:
 class TopicAdmin:
     """Admin requests to one broker, each at the highest version both sides speak. Not thread-safe."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0):
+    def __init__(self, bootstrap: str, timeout: float = 10.0, security=None):
         host, port = split_host_port(bootstrap)
-        self.client = WireClient(host, port, timeout=timeout, client_id="minibroker-topics")
+        self.client = WireClient(host, port, timeout=timeout, client_id="minibroker-topics",
+                                 security=security)
         self.timeout_ms = int(timeout * 1000)
-        answer = self.client.request(API_VERSIONS, 0, {})
+        try:
+            answer = self.client.request(API_VERSIONS, 0, {})
+        except BaseException:
+            self.client.close()
+            raise
         self._broker_max = {k.api_key: k.max_version for k in answer.api_keys}
 
     def version(self, api_key: int) -> int:
@@ -270,11 +276,15 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 def run(args, out=None) -> int:
     out = out or sys.stdout
     try:
-        with TopicAdmin(args.bootstrap_server, timeout=args.timeout) as admin:
+        security = read_client_config(args.command_config)
+        with TopicAdmin(args.bootstrap_server, timeout=args.timeout, security=security) as admin:
             return ACTIONS[args.action](admin, args, out)
+    except ClientConfigError as e:
+        print(f"minibroker topics: {e}", file=sys.stderr)
+        return 2
     except ToolError as e:
         print(f"minibroker topics: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"minibroker topics: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
+        print(f"minibroker topics: {failure_text(args.bootstrap_server, e)}", file=sys.stderr)
         return 1

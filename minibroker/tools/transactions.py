@@ -33,8 +33,9 @@ from collections.abc import Iterable
 
 from minibroker.errors import ErrorCode
 from minibroker.protocol import codec
+from minibroker.tools.client_config import ClientConfigError, read_client_config
 from minibroker.tools.topics import error_text, split_host_port
-from minibroker.tools.wire import WireClient
+from minibroker.tools.wire import WireClient, failure_text
 
 API_VERSIONS, METADATA, FIND_COORDINATOR, WRITE_TXN_MARKERS = 18, 3, 10, 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
@@ -73,10 +74,15 @@ def print_table(headers: list[str], rows: list[list[str]], out) -> None:
 class BrokerConnection:
     """One broker: a socket and the versions it serves (from ApiVersions). Not thread-safe."""
 
-    def __init__(self, host: str, port: int, timeout: float):
+    def __init__(self, host: str, port: int, timeout: float, security=None):
         self.address = (host, port)
-        self.client = WireClient(host, port, timeout=timeout, client_id="minibroker-transactions")
-        answer = self.client.request(API_VERSIONS, 0, {})
+        self.client = WireClient(host, port, timeout=timeout, client_id="minibroker-transactions",
+                                 security=security)
+        try:
+            answer = self.client.request(API_VERSIONS, 0, {})
+        except BaseException:
+            self.client.close()
+            raise
         self._broker_max = {k.api_key: k.max_version for k in answer.api_keys}
 
     def version(self, api_key: int, at_least: int = 0) -> int:
@@ -98,9 +104,10 @@ class BrokerConnection:
 class TransactionAdmin:
     """The requests of kafka-transactions.sh, each sent where Kafka's admin client sends it."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0):
+    def __init__(self, bootstrap: str, timeout: float = 10.0, security=None):
         self.timeout = timeout
-        self.bootstrap = BrokerConnection(*split_host_port(bootstrap), timeout)
+        self.security = security  # every broker connection authenticates alike (--command-config)
+        self.bootstrap = BrokerConnection(*split_host_port(bootstrap), timeout, security)
         self._by_address = {self.bootstrap.address: self.bootstrap}
         self._brokers: dict[int, tuple[str, int]] = {}
 
@@ -119,7 +126,7 @@ class TransactionAdmin:
     def connect(self, host: str, port: int) -> BrokerConnection:
         conn = self._by_address.get((host, port))
         if conn is None:
-            conn = self._by_address[(host, port)] = BrokerConnection(host, port, self.timeout)
+            conn = self._by_address[(host, port)] = BrokerConnection(host, port, self.timeout, self.security)
         return conn
 
     def metadata(self, topics: list[str] | None) -> codec.Struct:
@@ -402,8 +409,12 @@ def run(args, out=None) -> int:
     out = out or sys.stdout
     try:
         check_usage(args)
-        with TransactionAdmin(args.bootstrap_server, timeout=args.timeout) as admin:
+        security = read_client_config(args.command_config)
+        with TransactionAdmin(args.bootstrap_server, timeout=args.timeout, security=security) as admin:
             return ACTIONS[args.action](admin, args, out)
+    except ClientConfigError as e:
+        print(f"minibroker transactions: {e}", file=sys.stderr)
+        return 2
     except UsageError as e:
         print(f"minibroker transactions {args.action}: {e}", file=sys.stderr)
         return 2
@@ -411,5 +422,5 @@ def run(args, out=None) -> int:
         print(f"minibroker transactions: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"minibroker transactions: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
+        print(f"minibroker transactions: {failure_text(args.bootstrap_server, e)}", file=sys.stderr)
         return 1

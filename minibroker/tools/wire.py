@@ -2,30 +2,138 @@
 
 One request at a time on one socket; enough for the healthcheck and small admin calls.
 Whole clients (consumers, producers with batching) come from kafka-python instead.
+
+With a ``ClientSecurity`` (minibroker/tools/client_config.py, from ``--command-config``) the socket is
+wrapped in TLS (SSL, SASL_SSL; the broker's host name checked unless the endpoint identification algorithm
+is empty, as Kafka's clients do) and authenticated with SASL (SASL_PLAINTEXT, SASL_SSL) the way Kafka's
+clients do it: ApiVersions, SaslHandshake v1 naming the mechanism, then SaslAuthenticate (v0-v2, the
+highest the broker serves) carrying the mechanism's tokens (minibroker/tools/sasl_client.py). Every wait is
+bounded by the socket timeout. A refused authentication raises ``AuthenticationFailed``, a failed TLS
+handshake ``TlsHandshakeFailed``; both are ``ConnectionError``s whose message is one line naming the
+broker (and the mechanism and user), for a tool to print as it is.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 
 from minibroker.protocol import codec
 
+SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
+UNSUPPORTED_SASL_MECHANISM = 33
+
+
+class AuthenticationFailed(ConnectionError):
+    """The broker refused the SASL authentication (or it could not be completed)."""
+
+
+class TlsHandshakeFailed(ConnectionError):
+    """The TLS handshake with the broker failed (untrusted certificate, wrong host name, no client
+    certificate where one is required, not a TLS listener...)."""
+
+
+def failure_text(bootstrap: str, error: OSError) -> str:
+    """What a tool prints after a connection failure: our own errors say it all; others get the address."""
+    if isinstance(error, (AuthenticationFailed, TlsHandshakeFailed)):
+        return str(error)
+    return f"cannot reach {bootstrap}: {error}"
+
 
 class WireClient:
-    def __init__(self, host: str, port: int, timeout: float = 5.0, client_id: str = "minibroker-cli"):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host: str, port: int, timeout: float = 5.0, client_id: str = "minibroker-cli",
+                 security=None):
         self.client_id = client_id
+        self.address = f"{host}:{port}"
         self._correlation = 0
+        self._plaintext = security is None or security.protocol == "PLAINTEXT"
+        self._tls = security is not None and security.tls
+        self._answered = False  # a TLS listener refusing a client certificate closes before any answer
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        try:
+            if security is not None and security.tls:
+                self._start_tls(host, security)
+            if security is not None and security.sasl:
+                self._authenticate(security)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def _start_tls(self, host: str, security) -> None:
+        context = security.ssl_context()
+        try:
+            self.sock = context.wrap_socket(self.sock, server_hostname=host.strip("[]"))
+        except ssl.SSLCertVerificationError as e:
+            raise TlsHandshakeFailed(f"TLS handshake with {self.address} failed: the broker's certificate is "
+                                     f"not trusted: {e.verify_message} (ssl.truststore.location, "
+                                     "ssl.endpoint.identification.algorithm)") from None
+        except ssl.SSLError as e:
+            raise TlsHandshakeFailed(f"TLS handshake with {self.address} failed: {e.reason or e} (is it a "
+                                     f"TLS listener? does it require a client certificate?)") from None
+        except (ConnectionError, TimeoutError) as e:
+            raise TlsHandshakeFailed(f"TLS handshake with {self.address} failed: {e or type(e).__name__} "
+                                     "(is it a TLS listener?)") from None
+
+    def _authenticate(self, security) -> None:
+        from minibroker.tools.sasl_client import OAuthBearerClient, SaslClientError, client_mechanism
+
+        def failed(reason: str) -> AuthenticationFailed:
+            return AuthenticationFailed(f"SASL authentication failed ({security.who}) at {self.address}: "
+                                        f"{reason}")
+
+        try:
+            versions = self.request(API_VERSIONS, 0, {})
+            served = {k.api_key: k.max_version for k in versions.api_keys}
+            if SASL_HANDSHAKE not in served or SASL_AUTHENTICATE not in served:
+                raise failed("the broker does not serve SaslHandshake v1 and SaslAuthenticate (not a SASL "
+                             "listener?)")
+            handshake = self.request(SASL_HANDSHAKE, 1, {"mechanism": security.mechanism})
+            if handshake.error_code == UNSUPPORTED_SASL_MECHANISM:
+                raise failed(f"the listener offers {', '.join(handshake.mechanisms) or 'no mechanism'}, "
+                             f"not {security.mechanism}")
+            if handshake.error_code:
+                raise failed(_error_name(handshake.error_code))
+            version = min(served[SASL_AUTHENTICATE], codec.REQUESTS[SASL_AUTHENTICATE].valid[1])
+            mechanism = client_mechanism(security)
+            token = mechanism.initial()
+            while token is not None:
+                answer = self.request(SASL_AUTHENTICATE, version, {"auth_bytes": token})
+                if answer.error_code:
+                    raise failed(answer.error_message or _error_name(answer.error_code))
+                token = mechanism.evaluate(bytes(answer.auth_bytes))
+            if isinstance(mechanism, OAuthBearerClient) and mechanism.rejection:
+                raise failed(mechanism.rejection)
+        except (SaslClientError, ValueError) as e:
+            raise failed(str(e)) from None
+        except AuthenticationFailed:
+            raise
+        except OSError as e:  # closed or timed out mid-exchange: still an authentication failure to report
+            raise failed(str(e) or type(e).__name__) from None
 
     def request(self, api_key: int, version: int, body) -> codec.Struct:
         self._correlation += 1
-        self.sock.sendall(codec.encode_request(api_key, version, self._correlation, body, self.client_id))
-        size = struct.unpack(">i", self._read(4))[0]
-        frame = self._read(size)
+        try:
+            self.sock.sendall(codec.encode_request(api_key, version, self._correlation, body, self.client_id))
+            size = struct.unpack(">i", self._read(4))[0]
+            frame = self._read(size)
+        except ssl.SSLError as e:  # TLS 1.3: a refused client certificate shows after the handshake
+            raise TlsHandshakeFailed(f"TLS connection to {self.address} failed: {e.reason or e} (does "
+                                     "the listener require a client certificate? ssl.keystore.location)"
+                                     ) from None
+        except OSError as e:
+            if self._tls and not self._answered and "closed" in str(e):
+                raise TlsHandshakeFailed(f"TLS connection to {self.address} failed: {e} right after the "
+                                         "handshake (does the listener require a client certificate? "
+                                         "ssl.keystore.location)") from None
+            if self._plaintext and "closed" in str(e):
+                raise OSError(f"{e} (a TLS or SASL listener? give its client properties with "
+                              "--command-config)") from None
+            raise
         correlation, response = codec.decode_response(api_key, version, frame)
         if correlation != self._correlation:
             raise OSError(f"correlation id {correlation} != {self._correlation}")
+        self._answered = True
         return response
 
     def _read(self, n: int) -> bytes:
@@ -48,8 +156,28 @@ class WireClient:
         self.close()
 
 
-def api_versions_probe(host: str, port: int, timeout: float = 2.0) -> bool:
-    """True when the broker answers ApiVersions v0 with no error and a non-empty list."""
-    with WireClient(host, port, timeout=timeout, client_id="minibroker-healthcheck") as client:
-        response = client.request(18, 0, {})
+def _error_name(code: int) -> str:
+    from minibroker.errors import ErrorCode
+
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+def api_versions_probe(host: str, port: int, timeout: float = 2.0, security=None) -> bool:
+    """True when the broker answers ApiVersions v0 with no error and a non-empty list (after TLS and
+    SASL authentication when ``security`` asks for them)."""
+    with WireClient(host, port, timeout=timeout, client_id="minibroker-healthcheck",
+                    security=security) as client:
+        response = client.request(API_VERSIONS, 0, {})
     return response.error_code == 0 and bool(response.api_keys)
+
+
+def check_connection(bootstrap: str, security, timeout: float) -> None:
+    """Connect to the first bootstrap address with ``security`` (TLS handshake, SASL authentication) and
+    close again; raises what ``WireClient`` raises."""
+    from minibroker.tools.topics import split_host_port
+
+    host, port = split_host_port(bootstrap)
+    WireClient(host, port, timeout=timeout, client_id="minibroker-check", security=security).close()
