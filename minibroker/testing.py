@@ -97,6 +97,22 @@ class _Security:
         user = user or next(iter(self.users))
         password = self.users.get(user, "")
         mutual = self.client_auth in ("required", "requested")
+        if client == "properties":  # Kafka's client properties: Java clients, --command-config
+            out = {"bootstrap.servers": bootstrap, "security.protocol": self.protocol}
+            if self.tls:
+                out.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": self.certs["ca"]})
+                if mutual:
+                    out.update({"ssl.keystore.type": "PEM",
+                                "ssl.keystore.location": self.certs["client_pem"]})
+            if self.sasl:
+                out["sasl.mechanism"] = self.mechanism
+                module = {"PLAIN": "plain.PlainLoginModule",
+                          "OAUTHBEARER": "oauthbearer.OAuthBearerLoginModule"}.get(self.mechanism,
+                                                                                 "scram.ScramLoginModule")
+                options = (f'unsecuredLoginStringClaim_sub="{user}"' if self.mechanism == "OAUTHBEARER"
+                           else f'username="{user}" password="{password}"')
+                out["sasl.jaas.config"] = f"org.apache.kafka.common.security.{module} required {options};"
+            return out
         if client == "confluent-kafka":
             out = {"bootstrap.servers": bootstrap, "security.protocol": self.protocol}
             if self.tls:
@@ -113,7 +129,7 @@ class _Security:
                     out.update({"sasl.username": user, "sasl.password": password})
             return out
         if client not in ("kafka-python", "aiokafka"):
-            raise ValueError("client must be kafka-python, aiokafka or confluent-kafka")
+            raise ValueError("client must be kafka-python, aiokafka, confluent-kafka or properties")
         out = {"bootstrap_servers": bootstrap, "security_protocol": self.protocol}
         if self.tls:
             cert, key = (self.certs["client_cert"], self.certs["client_key"]) if mutual else (None, None)
@@ -323,42 +339,39 @@ class BrokerRunner:
     # -- client settings -------------------------------------------------------------------------
 
     def client_config(self, client: str = "kafka-python", user: str | None = None) -> dict:
-        """Settings that connect ``client`` ("kafka-python", "aiokafka" or "confluent-kafka") to this
-        broker, as ``user`` (default: the first of ``users``) on a SASL listener, with the test CA (and on
-        a listener with ``ssl_client_auth`` the client certificate) on a TLS one. Pass them as keyword
-        arguments (kafka-python, aiokafka) or as the config dict (confluent-kafka)."""
+        """Settings that connect ``client`` to this broker: "kafka-python", "aiokafka" (keyword
+        arguments), "confluent-kafka" (the config dict) or "properties" (Kafka's client properties, as Java
+        clients and ``--command-config`` files take them). On a SASL listener they log in as ``user``
+        (default: the first of ``users``); on a TLS one they trust the test CA, and on a listener with
+        ``ssl_client_auth`` they present the client certificate."""
         return self.security.client_config(client, self.bootstrap_servers, user)
 
     # -- conveniences over the wire -------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
-        if self.security.protocol != "PLAINTEXT":  # minibroker's own wire client speaks plaintext only
-            from kafka.admin import KafkaAdminClient, NewTopic
+        from minibroker.tools.topics import error_text
 
-            with KafkaAdminClient(**self.client_config()) as admin:
-                admin.create_topics([NewTopic(name, partitions, 1, topic_configs={
-                    k: str(v) for k, v in (config or {}).items()})])
-            return
-        from minibroker.tools.topics import TopicAdmin, error_text
-
-        with TopicAdmin(self.bootstrap_servers) as admin:
+        with self._topic_admin() as admin:
             code, message = admin.create(name, partitions, 1, {k: str(v) for k, v in (config or {}).items()})
         if code:
             raise RuntimeError(f"create_topic({name!r}) failed: {error_text(code, message)}")
 
     def delete_topic(self, name: str) -> None:
-        if self.security.protocol != "PLAINTEXT":
-            from kafka.admin import KafkaAdminClient
+        from minibroker.tools.topics import error_text
 
-            with KafkaAdminClient(**self.client_config()) as admin:
-                admin.delete_topics([name])
-            return
-        from minibroker.tools.topics import TopicAdmin, error_text
-
-        with TopicAdmin(self.bootstrap_servers) as admin:
+        with self._topic_admin() as admin:
             code, message = admin.delete(name)
         if code:
             raise RuntimeError(f"delete_topic({name!r}) failed: {error_text(code, message)}")
+
+    def _topic_admin(self):
+        from minibroker.tools.client_config import client_security_from_properties
+        from minibroker.tools.topics import TopicAdmin
+
+        security = None
+        if self.security.protocol != "PLAINTEXT":
+            security = client_security_from_properties(self.client_config("properties"), "BrokerRunner")
+        return TopicAdmin(self.bootstrap_servers, security=security)
 
     def produce(
         self,
