@@ -515,6 +515,19 @@ def lat_stats(samples: list[tuple[float, float]]) -> dict:
 
 
 CLEANED_RE = re.compile(r"compacted-0: cleaned up to offset (\d+) in ([\d.]+) s")
+WORKER_RE = re.compile(r"log cleaner worker process (\d+) started in ([\d.]+) s")
+
+
+def peak_rss_bytes(pid: int) -> int | None:
+    """VmHWM (peak resident set) of a live process, from /proc."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def bench_produce(opts, root: str) -> dict:
@@ -586,6 +599,12 @@ def bench_produce(opts, root: str) -> dict:
         passes = b.find_lines(CLEANED_RE)
         if not passes:
             raise RuntimeError("the cleaner pass did not finish")
+        workers = b.find_lines(WORKER_RE)
+        if workers:  # the worker process: its start cost and peak memory (still running: idle < 60 s)
+            pid = int(workers[0][1].group(1))
+            out["worker"] = {"pid": pid, "start_s": float(workers[0][1].group(2)),
+                             "peak_rss_bytes": peak_rss_bytes(pid),
+                             "broker_peak_rss_bytes": peak_rss_bytes(b.proc.pid)}
         out["pass_seconds"] = float(passes[0][1].group(2))
         out["pass_cleaned_to_offset"] = int(passes[0][1].group(1))
         out["cleaner_metrics"] = {k: v for k, v in b.metrics().items() if k != "ratios"}
@@ -719,6 +738,11 @@ def print_summary(r: dict) -> None:
                 f"  {k:26s}: n {st['n']:6d}, p50 {st['p50_ms']:.2f} ms, p99 {st['p99_ms']:.2f} ms, "
                 f"max {st['max_ms']:.1f} ms, broker CPU {st['broker_cpu_s']:.1f} s in {st['seconds']:.1f} s"
             )
+        w = p.get("worker")
+        if w:
+            rss = (w["peak_rss_bytes"] or 0) / MiB
+            print(f"  cleaner worker process: started in {w['start_s'] * 1000:.0f} ms, "
+                  f"peak RSS {rss:.1f} MiB (broker {(w['broker_peak_rss_bytes'] or 0) / MiB:.1f} MiB)")
         print(
             f"  ratio p99 running/disabled {p['ratio_p99_running_vs_disabled']:.2f}, "
             f"running/idle-after {p['ratio_p99_running_vs_idle_after']:.2f}"

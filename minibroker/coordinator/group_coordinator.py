@@ -166,6 +166,15 @@ class GroupCoordinator:
         offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
         open_txns: dict[str, dict[int, dict[tuple[str, int], OffsetCommitValue]]] = {}
         count = 0
+        # Plain records are decoded only once per key: the last value of each raw key, in the order of
+        # those last writes (re-inserted on each write), is what applying every record in turn leaves.
+        latest: dict[bytes, bytes | None] = {}
+
+        def apply_latest() -> None:
+            for key_bytes, value_bytes in latest.items():
+                self._apply_record(key_bytes, value_bytes, metadata, offsets)
+            latest.clear()
+
         try:
             for partition in range(self.store.num_partitions):
                 # producer id -> group -> offsets written in its transaction, awaiting its marker
@@ -174,16 +183,20 @@ class GroupCoordinator:
                     record = StoredRecord(*entry)
                     count += 1
                     if record.commit is not None:
-                        for group_id, txn_offsets in pending.pop(record.producer_id, {}).items():
-                            if record.commit:
+                        committed = pending.pop(record.producer_id, {})
+                        if record.commit and committed:
+                            apply_latest()  # the plain records before the marker first
+                            for group_id, txn_offsets in committed.items():
                                 offsets.setdefault(group_id, {}).update(txn_offsets)
                     elif record.producer_id >= 0:
                         self._apply_record(record.key, record.value, {},
                                            pending.setdefault(record.producer_id, {}))
                     else:
-                        self._apply_record(record.key, record.value, metadata, offsets)
+                        latest.pop(record.key, None)
+                        latest[record.key] = record.value
                     if count % 1000 == 0:
                         await asyncio.sleep(0)
+                apply_latest()
                 for producer_id, by_group in pending.items():  # transactions still open
                     for group_id, txn_offsets in by_group.items():
                         open_txns.setdefault(group_id, {})[producer_id] = txn_offsets

@@ -115,8 +115,9 @@ class OffsetsTopic:
     def read_partition(self, partition: int) -> Iterator[StoredRecord]:
         """Every record and transaction marker of one partition from its log start to its current end,
         in order."""
-        from minibroker.records import ControlType, parse_control_record
+        from minibroker.records import ControlType, parse_control_record, v2
         from minibroker.records.batches import batch_at
+        from minibroker.records.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES, decompress
 
         plog = self.broker.logs.get_log(OFFSETS_TOPIC, partition)
         if plog is None:
@@ -125,7 +126,23 @@ class OffsetsTopic:
         for data, entry in plog.iter_entries(start, READ_CHUNK):
             batch = batch_at(data, entry.position)
             producer_id = batch.producer_id if batch.is_transactional else -1
-            for record in batch.records():
+            if entry.magic == 2 and not batch.is_control:
+                # Keys and values only, from the records' lengths (v2.record_keys): what a load needs.
+                h = v2.BatchHeader(data, entry.position)
+                buf, rstart, rend = data, entry.position + v2.RECORDS_OFFSET, entry.position + entry.size
+                if h.compression:
+                    buf = decompress(h.compression, memoryview(data)[rstart:rend], magic=2,
+                                     max_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES)
+                    rstart, rend = 0, len(buf)
+                spans = v2.record_keys(buf, rstart, rend, h.record_count)
+                if spans is not None:
+                    base = h.base_offset
+                    for delta, key_start, key_end, value_start, value_end in spans:
+                        if key_start >= 0 and base + delta >= start:
+                            value = bytes(buf[value_start:value_end]) if value_start >= 0 else None
+                            yield StoredRecord(bytes(buf[key_start:key_end]), value, producer_id)
+                    continue
+            for record in batch.records():  # control batches, and anything the walk would not take
                 if record.offset < start:
                     continue
                 if batch.is_control:

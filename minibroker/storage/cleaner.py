@@ -10,7 +10,8 @@ past ``max.compaction.lag.ms``, or one whose retained tombstones' delete horizon
    the map fills (``log.cleaner.dedupe.buffer.size``), the pass stops where it filled and the next
    pass goes on from there;
 2. every non-active segment from the log start up to there is rewritten, grouped by size
-   (``segment.bytes``, ``segment.index.bytes``) into ``<base>.log.cleaned`` segments: a record
+   (``segment.bytes``, ``segment.index.bytes``) into ``<base>.log.cleaned`` segments, then the
+   cleaned segments that fit together by their new sizes are merged (see ``_clean``): a record
    stays if it is its key's latest; tombstones stay until their batch's delete horizon
    (written in the batch on the first clean that keeps them: now + ``delete.retention.ms``);
    aborted transactions' batches go; a transaction marker stays until its transaction has no data
@@ -22,16 +23,18 @@ past ``max.compaction.lag.ms``, or one whose retained tombstones' delete horizon
    ``.deleted`` files are removed after ``file.delete.delay.ms``. ``PartitionLog.open`` completes
    or rolls back an interrupted swap (``complete_interrupted_swap``).
 
-Threading: ``clean_once`` runs the pass's heavy work (reading the non-active segments, building the
-offset map, filtering and rewriting batches, writing and fsyncing ``.cleaned`` segments) in one
-worker thread (started on first use, stopped by ``stop``/``aclose``; the GIL switch interval is
-lowered to ``GIL_SWITCH_INTERVAL`` as for ReplicaManager's validation worker). The worker reads only
-the segments the loop gave it, by path and size (``_SegmentRef``), through its own descriptors. On
-the loop: choosing the log, the active segment's headers (in ``SLICE_SECONDS`` slices), txn indexes,
+Where the work runs: ``clean_once`` sends the pass's heavy work (reading the non-active segments,
+building the offset map, filtering and rewriting batches, writing and fsyncing ``.cleaned`` segments)
+as ``_Job`` objects to a worker process (``WorkerProcess``: a child Python started with
+``subprocess`` on first need, stopped after ``WORKER_IDLE_SECONDS`` without a job and at ``stop``;
+it exits by itself when the broker dies), so that the Python record walk never holds the event
+loop's GIL. The offset map stays in the worker between the jobs of a pass. Jobs read only the
+segments the loop gave them, by path and size (``_FileRef``), through their own descriptors. On the
+loop: choosing the log, the active segment's headers (in ``SLICE_SECONDS`` slices), txn indexes,
 and each swap and the checkpoint, after checking the log still holds the segments cleaned (else the
 pass is abandoned and its ``.cleaned`` files removed). The offset map reads keys and offsets only
-(``_record_keys``); batches are decoded only to be rebuilt. ``clean_now`` runs it all on the caller's
-thread. See docs/storage.md, "Compaction".
+(``v2.record_keys``); batches are decoded only to be rebuilt. ``clean_now`` runs it all on the
+caller's thread. See docs/storage.md, "Compaction".
 
 Owner: the event loop thread (through ``LogManager``); not thread-safe. v0/v1 entries are not
 compacted: a log holding any is skipped, with the reason logged once.
@@ -43,12 +46,14 @@ import asyncio
 import hashlib
 import logging
 import os
+import pickle
+import signal
 import struct
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from functools import partial
 from typing import Any, NamedTuple
 
 import crc32c
@@ -69,9 +74,6 @@ log = logging.getLogger(__name__)
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 SLICE_SECONDS = 0.002  # loop-side work (the active segment's headers) between two yields to the loop
-# Set once the worker thread starts, as ReplicaManager does for its validation worker: while the worker
-# walks records (Python, holding the GIL), the loop waits for the GIL up to this long each time it wakes.
-GIL_SWITCH_INTERVAL = 0.001
 _READ_CHUNK = 1 << 20
 _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _INT32_MAX = 2**31 - 1
@@ -79,8 +81,10 @@ _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 # Named points of a swap, for crash tests (``LogCleaner.crash_hook(step)``).
 SWAP_STEPS = ("cleaned_written", "swap_renamed", "old_deleted", "swap_done")
-# Test hook: a broker started with MINIBROKER_CLEANER_CRASH_AT=<one of SWAP_STEPS> in its environment
-# ends its process with os._exit(CRASH_EXIT_CODE) when a swap reaches that step (kill -9 tests).
+MERGE_SUFFIX = ":merge"  # "<step>:merge": only at a swap that replaces several old segments
+# Test hook: a broker started with MINIBROKER_CLEANER_CRASH_AT=<one of SWAP_STEPS>[:merge] in its
+# environment ends its process with os._exit(CRASH_EXIT_CODE) when a swap (with ":merge": a swap of
+# several old segments for one) reaches that step (kill -9 tests).
 CRASH_AT_ENV = "MINIBROKER_CLEANER_CRASH_AT"
 CRASH_EXIT_CODE = 86
 
@@ -253,12 +257,11 @@ def _read_entries(seg_file, size: int) -> Iterator[tuple[bytes, Any]]:
         pos += end
 
 
-class _SegmentRef(NamedTuple):
-    """A non-active segment as the loop saw it when the pass took it. The worker thread reads only
-    ``path`` up to ``size``, through its own descriptor (``_SegmentReader``), never ``segment``: that
-    is for the loop's checks that the log still holds it."""
+class _FileRef(NamedTuple):
+    """A non-active segment's ``.log`` as the loop saw it when the pass took it: what a job reads
+    (``path`` up to ``size``, through its own descriptor: ``_SegmentReader``). Picklable: jobs may run
+    in the worker process."""
 
-    segment: LogSegment
     base_offset: int
     next_offset: int
     path: str
@@ -266,18 +269,39 @@ class _SegmentRef(NamedTuple):
     file_id: tuple[int, int]  # (st_dev, st_ino) of the .log when taken
 
 
+class _SegmentRef(NamedTuple):
+    """A ``_FileRef`` and, for the loop's checks that the log still holds it, its ``LogSegment``
+    (which jobs never touch)."""
+
+    segment: LogSegment
+    file: _FileRef
+
+    @property
+    def base_offset(self) -> int:
+        return self.file.base_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.file.next_offset
+
+    @property
+    def size(self) -> int:
+        return self.file.size
+
+
 def _segment_ref(seg: LogSegment) -> _SegmentRef:
     if seg.file is None:
         raise _SwapAbandoned("a segment was closed")
     st = os.fstat(seg.file.fileno())
-    return _SegmentRef(seg, seg.base_offset, seg.next_offset, seg.log_path, seg.size, (st.st_dev, st.st_ino))
+    return _SegmentRef(seg, _FileRef(seg.base_offset, seg.next_offset, seg.log_path, seg.size,
+                                     (st.st_dev, st.st_ino)))
 
 
 class _SegmentReader:
-    """The worker thread's own read-only descriptor on a ``_SegmentRef``'s file: the same file the
-    loop saw (else ``_SwapAbandoned``), whatever the loop does to its ``LogSegment`` meanwhile."""
+    """A job's own read-only descriptor on a ``_FileRef``'s file: the same file the loop saw (else
+    ``_SwapAbandoned``), whatever the loop does to its ``LogSegment`` meanwhile."""
 
-    def __init__(self, ref: _SegmentRef):
+    def __init__(self, ref: _FileRef):
         try:
             self._fd = os.open(ref.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -297,17 +321,33 @@ class _SegmentReader:
         os.close(self._fd)
 
 
-class _Job(partial):
-    """Work of a pass for the worker thread (``LogCleaner._drive``); its result is sent back into the
-    pass. It reads only ``_SegmentRef`` files and writes only ``.cleaned`` ones."""
+class _Job(NamedTuple):
+    """Work of a pass for the worker (``_JOBS[name](*args)``): its result is sent back into the pass.
+    It reads only ``_FileRef`` files and writes only ``.cleaned`` ones; name and arguments are
+    picklable, so the worker process can run it."""
+
+    name: str
+    args: tuple
+
+    def run_here(self):
+        return _JOBS[self.name](*self.args)
+
+
+class _Counts:
+    """What a job read, wrote and dropped, sent back for ``CleanerStats``."""
+
+    def __init__(self):
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.records_removed = 0
 
 
 class _Pace:
-    """The pass's ``log.cleaner.io.max.bytes.per.second`` (as Kafka's Throttler) and its stop flag."""
+    """A job's ``log.cleaner.io.max.bytes.per.second`` (as Kafka's Throttler); in the worker process,
+    also the check that the broker is still there before each entry (``_parent_pid``)."""
 
     def __init__(self, rate: float = float("inf")):
         self.rate = rate
-        self.stopped = threading.Event()  # set by LogCleaner.stop/aclose: the worker gives up
         self._start = time.monotonic()
         self._bytes = 0
 
@@ -319,9 +359,9 @@ class _Pace:
         return self._bytes / self.rate - (time.monotonic() - self._start)
 
     def add(self, nbytes: int) -> None:
-        """In the worker thread, at each entry."""
-        if self.stopped.is_set():
-            raise _SwapAbandoned("the cleaner was stopped")
+        """In the job, at each entry."""
+        if _parent_pid is not None and os.getppid() != _parent_pid:
+            os._exit(0)  # the broker died (kill -9): write nothing more, its next start cleans up
         wait = self.ahead(nbytes)
         if wait > 0:
             time.sleep(wait)
@@ -354,70 +394,6 @@ class _ProducerScan:
     def summary(self) -> _ProducerSummary:
         first_unstable = min(self.open_txn.values()) if self.open_txn else None
         return _ProducerSummary(self.last_data, self.last_batch, first_unstable)
-
-
-def _zigzag_at(buf, p: int) -> tuple[int, int]:
-    """(value, next position) of the zig-zag varint at ``p``; IndexError past ``buf``, ValueError
-    past 10 bytes."""
-    b = buf[p]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), p + 1
-    raw, shift = b & 0x7F, 7
-    while True:
-        p += 1
-        b = buf[p]
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), p + 1
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _record_keys(buf, start: int, end: int, count: int) -> list[tuple[int, int, int, bool]] | None:
-    """``(offset delta, key start, key end, value is null)`` of each of the ``count`` records in
-    ``buf[start:end]`` (key start -1: a null key), read from the record's lengths only: the
-    timestamp, the value's bytes and the headers are skipped, nothing is copied. None when the
-    records do not walk exactly to ``end`` (the caller then decodes fully, which says what is wrong).
-    The records were checked field by field when appended; this is what the cleaner needs of most
-    batches, several times cheaper than ``v2.decode_records``."""
-    out = []
-    pos = start
-    zz = _zigzag_at
-    try:
-        for _ in range(count):
-            length, p = zz(buf, pos)
-            body_end = p + length
-            if length <= 0 or body_end > end:
-                return None
-            p += 1  # attributes
-            if buf[p] < 0x80:  # timestamp delta (one-byte varints inline: the common case)
-                p += 1
-            else:
-                _, p = zz(buf, p)
-            b = buf[p]
-            if b < 0x80:
-                delta, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                delta, p = zz(buf, p)
-            b = buf[p]
-            if b < 0x80:  # key length: negative, a null key
-                n, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                n, p = zz(buf, p)
-            if n >= 0:
-                key_start, key_end = p, p + n
-                p = key_end
-            else:
-                key_start = key_end = -1
-            n, p = zz(buf, p)  # value length
-            if p + max(n, 0) > body_end:
-                return None
-            out.append((delta, key_start, key_end, n < 0))
-            pos = body_end
-    except (IndexError, ValueError):
-        return None
-    return out if pos == end else None
 
 
 def _records_section(buf, info, h: v2.BatchHeader) -> tuple[Any, int, int]:
@@ -497,6 +473,416 @@ def _remove_files(paths) -> None:
             pass
 
 
+# ---- jobs: what the worker runs (module functions of picklable arguments) ----------------------------
+
+# The offset map of the pass in progress, by pass key, in the process that runs the jobs: built by
+# one job, read by the next ones (the worker process keeps only the newest; ``_clean`` drops its own
+# when it runs them here).
+_OFFSET_MAPS: dict[str, OffsetMap] = {}
+# Set in the worker process (``worker_main``): the broker's pid, checked at each entry.
+_parent_pid: int | None = None
+
+
+def _job_scan_producers(refs: list[_FileRef], rate: float) -> _ProducerScan:
+    """The producer summary's part from the non-active segments' batch headers (the log is the only
+    producer state storage may read)."""
+    pace, scan = _Pace(rate), _ProducerScan()
+    for ref in refs:
+        with _SegmentReader(ref) as f:
+            for buf, info in _read_entries(f, ref.size):
+                pace.add(0)
+                scan.add(buf, info)
+    return scan
+
+
+def _job_build_offset_map(pass_key: str, refs: list[_FileRef], aborted: list[AbortedTxn], start: int,
+                          stop: int, memory: int, load_factor: float, rate: float) -> tuple[int, _Counts]:
+    """Kafka's buildOffsetMap, the keys of ``[start, stop)`` (only keys and offsets: read with
+    ``v2.record_keys``, not decoded), into a new map kept as ``_OFFSET_MAPS[pass_key]``; stops early
+    when the map is full. Returns the offset the pass cleans up to (exclusive)."""
+    offset_map = _OFFSET_MAPS[pass_key] = OffsetMap(memory, load_factor)
+    pace, counts = _Pace(rate), _Counts()
+    txn = _TxnTracker(aborted)
+    put = offset_map.put
+    for ref in refs:
+        if ref.next_offset <= start or ref.base_offset >= stop:
+            continue
+        with _SegmentReader(ref) as f:
+            for buf, info in _read_entries(f, ref.size):
+                if info.last_offset < start:
+                    continue
+                if info.base_offset >= stop:
+                    break
+                pace.add(info.size)
+                h = v2.BatchHeader(buf, info.position)
+                if h.is_control:
+                    txn.on_control_batch(h, buf, info.position)
+                elif not txn.on_data_batch(h):
+                    if len(offset_map) and not offset_map.has_room_for(h.record_count):
+                        return offset_map.latest_offset + 1, counts  # full: the next pass goes on from here
+                    records, rstart, rend = _records_section(buf, info, h)
+                    spans = v2.record_keys(records, rstart, rend, h.record_count)
+                    if spans is None:  # not walkable: the full decode says why
+                        for record in v2.batch_records(buf, info.position):
+                            if record.key is not None and record.offset >= start:
+                                put(record.key, record.offset)
+                    else:
+                        base, view = h.base_offset, memoryview(records)
+                        for delta, key_start, key_end, _, _ in spans:
+                            if key_start >= 0 and base + delta >= start:
+                                put(view[key_start:key_end], base + delta)
+                offset_map.latest_offset = info.last_offset
+                counts.bytes_read += info.size
+    offset_map.latest_offset = max(offset_map.latest_offset, stop - 1)  # the whole section is mapped
+    return stop, counts
+
+
+def _job_clean_group(pass_key: str, directory: str, index_bytes: int, interval: int, refs: list[_FileRef],
+                     aborted: list[AbortedTxn], summary: _ProducerSummary, now_ms: int, delete_retention: int,
+                     rate: float) -> tuple[list[int], _Counts]:
+    """Write the group's ``<base>.log.cleaned`` segment (+ indexes), fsynced and closed, with the
+    map ``_OFFSET_MAPS[pass_key]``; returns the delete horizons it keeps. On any failure (a full
+    disk) its files are removed."""
+    offset_map = _OFFSET_MAPS[pass_key]
+    pace, counts = _Pace(rate), _Counts()
+    base = refs[0].base_offset
+    group_end = refs[-1].next_offset
+    horizons: list[int] = []
+    txn = _TxnTracker(aborted)
+    _remove_files(segment_paths(directory, base, ".cleaned"))
+    pace.add(0)  # (the broker is still there before a file is made)
+    cleaned = None
+    try:
+        cleaned = LogSegment(directory, base, index_max_bytes=index_bytes, index_interval_bytes=interval,
+                             active=True, file_suffix=".cleaned")
+        for n, ref in enumerate(refs):
+            with _SegmentReader(ref) as f:
+                for buf, info in _read_entries(f, ref.size):
+                    pace.add(info.size)
+                    counts.bytes_read += info.size
+                    out, horizon = _filter_batch(buf, info, offset_map, summary, txn, now_ms,
+                                                 delete_retention, counts)
+                    if horizon is not None:
+                        horizons.append(horizon)
+                    if out is None and n == len(refs) - 1 and info.last_offset == group_end - 1:
+                        # The group's last batch stays as a header without records or producer: the
+                        # cleaned segment keeps the group's offset range, which recovery of an
+                        # interrupted swap relies on to find every segment it replaced.
+                        out = _placeholder_batch(v2.BatchHeader(buf, info.position))
+                    if out is None:
+                        continue
+                    out_info = read_entry(out, 0)
+                    cleaned.append(out, first_offset=out_info.base_offset,
+                                   last_offset=out_info.last_offset, max_timestamp=out_info.max_timestamp,
+                                   offset_of_max_timestamp=out_info.last_offset)
+                    counts.bytes_written += len(out)
+        for kept in txn.kept_aborts:
+            cleaned.txn_index.append(kept)
+        cleaned.seal()
+        cleaned.flush()  # fsyncs the .log.cleaned and its indexes
+        cleaned.close()
+        return horizons, counts
+    except BaseException:
+        if cleaned is not None and cleaned.file is not None:
+            try:
+                cleaned.close()
+            except OSError:
+                pass
+        _remove_files(segment_paths(directory, base, ".cleaned"))
+        raise
+
+
+def _filter_batch(buf, info, offset_map: OffsetMap, summary: _ProducerSummary, txn: _TxnTracker,
+                  now_ms: int, delete_retention: int, counts: _Counts) -> tuple[bytes | None, int | None]:
+    """The batch to write for the entry (None: drop it) and the delete horizon it carries."""
+    if info.magic != 2:
+        raise _Unsupported(f"entry of magic {info.magic} at offset {info.base_offset}")
+    h = v2.BatchHeader(buf, info.position)
+    original = bytes(memoryview(buf)[info.position:info.position + info.size])
+    horizon = h.base_timestamp if h.has_delete_horizon else None
+    pid = h.producer_id
+    # Kafka's retention of a producer's last batch, kept (maybe empty) for its sequence state.
+    last_of_producer = pid >= 0 and (
+        summary.last_data_offset.get(pid) == info.last_offset
+        or (h.is_control and summary.last_batch_offset.get(pid) == info.last_offset)
+    )
+    if h.is_control:
+        can_discard = txn.on_control_batch(h, buf, info.position)
+        if can_discard and horizon is not None and horizon <= now_ms:
+            return (_empty_batch(h) if last_of_producer else None), None
+        if can_discard and horizon is None:  # its transaction is gone: start the marker's horizon
+            horizon = now_ms + delete_retention
+            records = v2.batch_records(buf, info.position)
+            return _rebuild(h, records, horizon), horizon
+        return original, horizon if can_discard else None
+    if txn.on_data_batch(h):
+        counts.records_removed += h.record_count
+        return (_empty_batch(h) if last_of_producer else None), None
+    # Which records stay, from their keys and offsets only (``v2.record_keys``); the batch is decoded
+    # only when it must be rebuilt: some records go, or its tombstones get their horizon.
+    data, rstart, rend = _records_section(buf, info, h)
+    spans = v2.record_keys(data, rstart, rend, h.record_count)
+    if spans is None:  # not walkable: the full decode says why
+        decoded = v2.batch_records(buf, info.position)
+        deltas = [r.offset - h.base_offset for r in decoded]
+        keys = [r.key for r in decoded]
+        nulls = [r.value is None for r in decoded]
+    else:
+        view = memoryview(data)
+        deltas = [span[0] for span in spans]
+        keys = [view[s:e] if s >= 0 else None for _, s, e, _, _ in spans]
+        nulls = [span[3] < 0 for span in spans]
+    base, latest = h.base_offset, offset_map.latest_offset
+    keep_index, tombstones = [], False
+    for i, delta in enumerate(deltas):
+        offset, value_null = base + delta, nulls[i]
+        if offset > latest:
+            keep = True  # past the map: the next pass decides
+        elif keys[i] is None:
+            keep = False
+        else:
+            keep = offset_map.get(keys[i]) <= offset and (
+                not value_null or horizon is None or now_ms < horizon)
+        if keep:
+            keep_index.append(i)
+            tombstones = tombstones or value_null
+    counts.records_removed += len(deltas) - len(keep_index)
+    if not keep_index:
+        return (_empty_batch(h) if last_of_producer else None), None
+    if len(keep_index) == len(deltas) and not (tombstones and horizon is None):
+        return original, horizon if tombstones else None
+    records = v2.batch_records(buf, info.position)
+    kept = [records[i] for i in keep_index]
+    if tombstones and horizon is None:
+        horizon = now_ms + delete_retention
+        return _rebuild(h, kept, horizon), horizon
+    return _rebuild(h, kept, horizon), horizon if tombstones else None
+
+
+def _job_pid() -> int:
+    return os.getpid()
+
+
+_JOBS: dict[str, Callable] = {
+    "scan_producers": _job_scan_producers,
+    "build_offset_map": _job_build_offset_map,
+    "clean_group": _job_clean_group,
+    "pid": _job_pid,
+}
+
+
+# ---- where jobs run --------------------------------------------------------------------------------
+
+WORKER_IDLE_SECONDS = 60.0  # a worker process with no job for this long is stopped (started again on need)
+_WATCH_PARENT_SECONDS = 0.2
+_FRAME = struct.Struct(">I")
+_WORKER_BOOT = "from minibroker.storage.cleaner import worker_main; worker_main()"
+
+
+class WorkerDied(RuntimeError):
+    """The worker process went away (killed, out of memory) before answering: the pass fails and the
+    next one starts a new worker."""
+
+
+def worker_main() -> None:
+    """The worker process (``python -c _WORKER_BOOT``, started by ``WorkerProcess``): reads pickled
+    ``(job name, args)`` frames on stdin, answers ``(ok, result or exception)`` frames on stdout, one
+    at a time; exits at EOF and as soon as its parent is gone (a broker killed with -9 leaves no
+    worker behind: a watcher thread checks every ``_WATCH_PARENT_SECONDS``, and jobs at each entry)."""
+    global _parent_pid
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the broker decides when its worker stops
+    _parent_pid = parent = os.getppid()
+    replies = os.dup(1)
+    os.dup2(2, 1)  # a stray print goes to stderr, never into the replies
+
+    def watch_parent():
+        while True:
+            time.sleep(_WATCH_PARENT_SECONDS)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch_parent, name="watch-parent", daemon=True).start()
+    while True:
+        header = _read_exactly(0, _FRAME.size)
+        if header is None:
+            return
+        body = _read_exactly(0, _FRAME.unpack(header)[0])
+        if body is None:
+            return
+        name, args = pickle.loads(body)
+        if name == "build_offset_map":
+            _OFFSET_MAPS.clear()  # one pass at a time: an abandoned pass's map goes
+        try:
+            reply = pickle.dumps((True, _JOBS[name](*args)), pickle.HIGHEST_PROTOCOL)
+        except BaseException as exc:  # noqa: BLE001 - sent back, raised in the pass
+            try:
+                reply = pickle.dumps((False, exc), pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                reply = pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+        _write_all(replies, _FRAME.pack(len(reply)) + reply)
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    parts, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class WorkerProcess:
+    """A child Python process running the pass's jobs (``worker_main``), so that the record walk
+    holds another interpreter's GIL, never the event loop's. Started with ``subprocess`` (no fork of
+    the broker's process, no re-import of its ``__main__``); requests are written on its stdin (small:
+    paths, offsets, the producer summary), replies read on the loop through ``add_reader``. Owner:
+    the ``LogCleaner`` on the event loop; one job at a time."""
+
+    def __init__(self):
+        started = time.monotonic()
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER_BOOT], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, close_fds=True)
+        self.pid = self.proc.pid
+        self._out = self.proc.stdout.fileno()
+        os.set_blocking(self._out, False)
+        self._buf = bytearray()
+        self.start_seconds: float | None = None  # process start to its first answer
+        self._started = started
+        self.last_used = started
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    async def run(self, job: _Job):
+        loop = asyncio.get_running_loop()
+        data = pickle.dumps((job.name, job.args), pickle.HIGHEST_PROTOCOL)
+        reply: asyncio.Future = loop.create_future()
+        self._buf.clear()
+        try:
+            _write_all(self.proc.stdin.fileno(), _FRAME.pack(len(data)) + data)
+        except OSError as exc:  # a dead worker: EPIPE
+            self.kill()
+            raise WorkerDied(f"the cleaner worker process {self.pid} is gone ({exc})") from None
+        loop.add_reader(self._out, self._readable, reply)
+        try:
+            ok, value = await reply
+        except BaseException:
+            self.kill()  # cancelled mid-job (or it died): the job's state is unknown, the process goes
+            raise
+        finally:
+            loop.remove_reader(self._out)
+        self.last_used = time.monotonic()
+        if self.start_seconds is None:
+            self.start_seconds = self.last_used - self._started
+        if not ok:
+            raise value
+        return value
+
+    def _readable(self, reply: asyncio.Future) -> None:
+        if reply.done():
+            return
+        try:
+            chunk = os.read(self._out, 1 << 20)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            reply.set_exception(WorkerDied(f"reading from the cleaner worker process {self.pid}: {exc}"))
+            return
+        if not chunk:
+            code = self.proc.poll()
+            reply.set_exception(WorkerDied(f"the cleaner worker process {self.pid} exited ({code})"))
+            return
+        self._buf += chunk
+        if len(self._buf) >= _FRAME.size:
+            size = _FRAME.unpack_from(self._buf)[0]
+            if len(self._buf) >= _FRAME.size + size:
+                reply.set_result(pickle.loads(bytes(self._buf[_FRAME.size:_FRAME.size + size])))
+                self._buf.clear()
+
+    def kill(self) -> None:
+        """SIGKILL and reap it (a job in flight stops where it is; its ``.cleaned`` files are the
+        caller's to remove)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._close_pipes()
+
+    def close(self) -> None:
+        """EOF on its stdin: it exits between jobs; killed if it does not at once."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(2)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+    def rss_peak_bytes(self) -> int | None:
+        """VmHWM of the process (Linux), for the benchmark and /metrics-minded operators."""
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return None
+
+
+class ThreadWorker:
+    """Jobs in one thread of this process (tests; the loop then competes with it for the GIL)."""
+
+    pid = os.getpid()
+    alive = True
+    start_seconds = 0.0
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="minibroker-cleaner")
+        self.last_used = time.monotonic()
+
+    async def run(self, job: _Job):
+        fut = self._executor.submit(job.run_here)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            await asyncio.wait([asyncio.wrap_future(fut)])  # nothing of the pass goes on after a close
+            raise
+        finally:
+            self.last_used = time.monotonic()
+
+    def kill(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def rss_peak_bytes(self) -> int | None:
+        return None
+
+
 def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
                            first_offset_after: Callable[[int], int]) -> list[list[LogSegment]]:
     """Kafka's groupSegmentsBySize: consecutive segments whose total log size, offset index size
@@ -527,7 +913,8 @@ def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_
 class LogCleaner:
     """Compacts the logs of a ``LogManager``. See the module docstring."""
 
-    def __init__(self, log_manager, config: Mapping[str, Any] | None = None, *, clock=time.time):
+    def __init__(self, log_manager, config: Mapping[str, Any] | None = None, *, clock=time.time,
+                 worker: str = "process"):
         self.log_manager = log_manager
         self.settings = CleanerSettings.from_config(config if config is not None else log_manager.config)
         self._clock = clock
@@ -538,8 +925,15 @@ class LogCleaner:
         self._skipped: set[tuple[str, int]] = set()  # logs with v0/v1 entries (logged once)
         self._pending_deletes: list[tuple[float, list[str]]] = []
         self._task: asyncio.Task | None = None
-        self._executor = None  # the worker thread of clean_once's heavy work, started on first use
-        self._pace = _Pace()  # the current pass's (stop() sets its flag)
+        # Where clean_once's jobs run: "process" (WorkerProcess, started on first use, stopped after
+        # WORKER_IDLE_SECONDS without a job and at stop) or "thread" (ThreadWorker: tests).
+        self.worker_kind = worker
+        self.worker_idle_seconds = WORKER_IDLE_SECONDS
+        self.worker_start_seconds: float | None = None  # of the last worker started
+        self._worker: WorkerProcess | ThreadWorker | None = None
+        self._new_worker = False
+        self._in_pass = False
+        self._passes = 0
         for d in log_manager.log_dirs:
             try:
                 self._checkpoints[d] = ckpt.read_offset_checkpoint(os.path.join(d, CLEANER_OFFSET_CHECKPOINT))
@@ -638,20 +1032,17 @@ class LogCleaner:
         return self._task
 
     def stop(self) -> None:
-        """Cancel the task and stop the worker thread: a pass in it gives up at its next entry and
-        removes its ``.cleaned`` files."""
-        self._pace.stopped.set()
+        """Cancel the task and stop the worker (a job in flight in the worker process is killed with
+        it; the pass's ``.cleaned`` files are removed when the cancelled task unwinds, else at the
+        next start)."""
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        self._stop_worker()
 
     async def aclose(self) -> None:
-        """As ``stop``, waiting for the task (and so for a worker job in flight, see ``_in_worker``)."""
+        """As ``stop``, waiting for the task (which removes the ``.cleaned`` files of a pass cut short)."""
         task, self._task = self._task, None
-        self._pace.stopped.set()
         if task is not None:
             task.cancel()
             try:
@@ -660,27 +1051,40 @@ class LogCleaner:
                 pass
         self.stop()
 
-    def _worker(self):
-        if self._executor is None:
-            from concurrent.futures import ThreadPoolExecutor
+    def _stop_worker(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.kill() if self._in_pass else worker.close()
+            log.debug("log cleaner worker %d stopped", worker.pid)
 
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="minibroker-cleaner")
-            # The pass is Python holding the GIL: the loop, woken by a request, waits for the GIL up to
-            # the switch interval each time (5 ms by default). Process-wide, and only ever lowered.
-            if sys.getswitchinterval() > GIL_SWITCH_INTERVAL:
-                sys.setswitchinterval(GIL_SWITCH_INTERVAL)
-        return self._executor
+    def _get_worker(self):
+        if self._worker is not None and not self._worker.alive:
+            log.warning("log cleaner worker process %d is gone; starting another", self._worker.pid)
+            self._worker.kill()
+            self._worker = None
+        if self._worker is None:
+            self._worker = ThreadWorker() if self.worker_kind == "thread" else WorkerProcess()
+            self._new_worker = True
+        return self._worker
 
     async def _in_worker(self, job: _Job):
-        fut = self._worker().submit(job)
+        worker = self._get_worker()
         try:
-            return await asyncio.wrap_future(fut)
-        except asyncio.CancelledError:
-            # The job gives up at its next entry, removing its .cleaned files: wait for that, so that
-            # nothing of the pass goes on once the cleaner is closed.
-            self._pace.stopped.set()
-            await asyncio.wait([asyncio.wrap_future(fut)])
+            result = await worker.run(job)
+        except WorkerDied:
+            self._worker = None
             raise
+        if self._new_worker:
+            self._new_worker = False
+            self.worker_start_seconds = worker.start_seconds
+            log.info("log cleaner worker %s %d started in %.3f s", self.worker_kind, worker.pid,
+                     worker.start_seconds or 0.0)
+        return result
+
+    def _stop_idle_worker(self) -> None:
+        worker = self._worker
+        if worker is not None and time.monotonic() - worker.last_used >= self.worker_idle_seconds:
+            self._stop_worker()
 
     async def _run(self) -> None:
         while True:
@@ -693,41 +1097,50 @@ class LogCleaner:
                 log.exception("log cleaner pass failed; backing off")
                 cleaned = False
             if not cleaned:
+                self._stop_idle_worker()
                 await asyncio.sleep(self.settings.backoff_ms / 1000)
 
     async def clean_once(self) -> bool:
-        """One pass over the filthiest log: its heavy work in the worker thread, the rest on the loop
-        in cooperative slices; False when nothing was due."""
+        """One pass over the filthiest log: its heavy work in the worker, the rest on the loop in
+        cooperative slices; False when nothing was due."""
         ltc = self.grab_filthiest()
         if ltc is None:
             return False
-        self._pace = pace = _Pace(self.settings.io_max_bytes_per_second)
+        if self._worker is None or not self._worker.alive:
+            # Started (0.3-0.6 s) before the pass takes its "now", which starts delete horizons.
+            await self._in_worker(_Job("pid", ()))
+        pace = _Pace(self.settings.io_max_bytes_per_second)
         work = self._clean(ltc, pace=pace)
         deadline = time.monotonic() + SLICE_SECONDS
         send, value = work.send, None
-        while True:
-            try:
-                step = send(value)
-            except StopIteration:
-                return True
-            send, value = work.send, None
-            if isinstance(step, _Job):
+        self._in_pass = True
+        try:
+            while True:
                 try:
-                    value = await self._in_worker(step)
-                except asyncio.CancelledError:
-                    work.close()
-                    raise
-                except Exception as exc:  # back into the pass, which abandons it or fails
-                    send, value = work.throw, exc
-                deadline = time.monotonic() + SLICE_SECONDS
-                continue
-            ahead = pace.ahead(step)  # log.cleaner.io.max.bytes.per.second, as Kafka's Throttler
-            if ahead > 0:
-                await asyncio.sleep(ahead)
-                deadline = time.monotonic() + SLICE_SECONDS
-            elif time.monotonic() >= deadline:
-                await asyncio.sleep(0)
-                deadline = time.monotonic() + SLICE_SECONDS
+                    step = send(value)
+                except StopIteration:
+                    return True
+                send, value = work.send, None
+                if isinstance(step, _Job):
+                    try:
+                        value = await self._in_worker(step)
+                    except asyncio.CancelledError:
+                        self._stop_worker()  # killed before its files are removed (work.close)
+                        work.close()
+                        raise
+                    except Exception as exc:  # back into the pass, which abandons it or fails
+                        send, value = work.throw, exc
+                    deadline = time.monotonic() + SLICE_SECONDS
+                    continue
+                ahead = pace.ahead(step)  # log.cleaner.io.max.bytes.per.second, as Kafka's Throttler
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+                    deadline = time.monotonic() + SLICE_SECONDS
+                elif time.monotonic() >= deadline:
+                    await asyncio.sleep(0)
+                    deadline = time.monotonic() + SLICE_SECONDS
+        finally:
+            self._in_pass = False
 
     def clean_now(self, plog: PartitionLog | None = None, now_ms: int | None = None) -> bool:
         """A whole pass synchronously on the caller's thread (tools and tests): over ``plog`` if
@@ -746,7 +1159,7 @@ class LogCleaner:
             send, value = work.send, None
             if isinstance(step, _Job):
                 try:
-                    value = step()
+                    value = step.run_here()
                 except Exception as exc:
                     send, value = work.throw, exc
         self._remove_due_files()
@@ -764,14 +1177,25 @@ class LogCleaner:
                ) -> Iterator[int | _Job]:
         """The pass as a generator run on the loop (``clean_once``) or by the caller (``clean_now``).
         It yields a ``_Job`` (reading segment files, building the offset map, writing and fsyncing a
-        ``.cleaned`` segment: the worker thread runs it and its result or exception comes back), or
-        bytes read on the loop (a point to let the loop run). What touches the log (its segment list,
+        ``.cleaned`` segment: the worker runs it and its result or exception comes back), or bytes
+        read on the loop (a point to let the loop run). What touches the log (its segment list,
         configs, txn indexes, the swap, the checkpoint) runs here, between two yields; each swap in
-        one synchronous step, after checking the log still holds the segments cleaned."""
+        one synchronous step, after checking the log still holds the segments cleaned.
+
+        As Kafka's doClean, the pass rewrites every non-active segment from the log start up to the
+        end of what the map covers, in groups of consecutive segments of at most ``segment.bytes``
+        (``group_segments_by_size``, by their sizes before cleaning). Then, unlike Kafka, which leaves
+        that to the next pass, it regroups the cleaned segments by their new sizes and merges those
+        that fit together (the same map: a second filter keeps what the first kept, and drops the
+        placeholder batches that kept each old segment's offset range), again until none fit, so a
+        log that is cleaned once ends in few segments, not one small segment per old one."""
         plog = ltc.plog
         key = (plog.topic, plog.partition)
         now_ms = self._now_ms() if now_ms is None else now_ms
         pace = pace or _Pace()
+        rate = self.settings.io_max_bytes_per_second
+        self._passes += 1
+        pass_key = f"{os.getpid()}-{id(self)}-{self._passes}"
         self.stats.runs += 1
         started = time.monotonic()
         try:
@@ -780,46 +1204,63 @@ class LogCleaner:
             active = plog.segments[-1]
             refs = [_segment_ref(s) for s in plog.segments[:-1]]  # what the worker may read
             active_base, active_size = active.base_offset, active.size
-            scan = _ProducerScan()
-            yield _Job(self._scan_producers, refs, scan, pace)
+            scan = yield _Job("scan_producers", ([r.file for r in refs], rate))
             yield from self._scan_active(active, active_size, scan)  # appended to meanwhile: on the loop
             summary = scan.summary()
             uncleanable = ltc.first_uncleanable
             if summary.first_unstable_offset is not None:
                 uncleanable = max(ltc.first_dirty, min(uncleanable, summary.first_unstable_offset))
-            offset_map = OffsetMap(self.settings.dedupe_buffer_size, self.settings.io_buffer_load_factor)
             self._check_refs(plog, refs)
             start = ltc.first_dirty
             aborted = plog.collect_aborted_transactions(start, uncleanable) if uncleanable > start else []
-            end = yield _Job(self._build_offset_map, refs, aborted, start, uncleanable, offset_map, pace)
+            end, counts = yield _Job("build_offset_map", (
+                pass_key, [r.file for r in refs], aborted, start, uncleanable,
+                self.settings.dedupe_buffer_size, self.settings.io_buffer_load_factor, rate))
+            self._add_counts(counts)
             cfg = plog.config
             delete_retention = int(cfg.get("delete.retention.ms", 86400000))
             index_bytes, interval = int(cfg["segment.index.bytes"]), int(cfg["index.interval.bytes"])
+            segment_bytes = int(cfg["segment.bytes"])
             horizons: list[int] = []
             to_clean = [r for r in refs if r.base_offset < min(end, active_base)]
+            merging = False
+            while to_clean:
+                self._check_refs(plog, to_clean)
+                last_base = to_clean[-1].base_offset
+                bases = [s.base_offset for s in plog.segments]
+                after = dict(zip(bases, bases[1:], strict=False))
 
-            def first_offset_after(i: int) -> int:
-                return refs[i + 1].base_offset if i + 1 < len(refs) else active_base
+                def first_offset_after(i: int, segs=to_clean, after=after) -> int:
+                    return after.get(segs[i].base_offset, active_base)
 
-            self._check_refs(plog, to_clean)
-            groups = group_segments_by_size([r.segment for r in to_clean], int(cfg["segment.bytes"]),
-                                            index_bytes, first_offset_after)
-            i = 0
-            for group in groups:
-                group_refs, i = to_clean[i:i + len(group)], i + len(group)
-                self._check_refs(plog, group_refs)
-                base, group_end = group_refs[0].base_offset, group_refs[-1].next_offset
-                aborted = plog.collect_aborted_transactions(base, group_end) if group_end > base else []
-                try:
-                    cleaned, group_horizons = yield _Job(
-                        self._clean_group, plog.directory, index_bytes, interval, group_refs, aborted,
-                        offset_map, summary, now_ms, delete_retention, pace)
+                groups = group_segments_by_size([r.segment for r in to_clean], segment_bytes, index_bytes,
+                                                first_offset_after)
+                if merging:  # until nothing fits together any more (each round leaves fewer segments)
+                    groups = [g for g in groups if len(g) > 1]
+                    if not groups:
+                        break
+                by_segment = {id(r.segment): r for r in to_clean}
+                for group in groups:
+                    group_refs = [by_segment[id(s)] for s in group]
                     self._check_refs(plog, group_refs)
-                    self._swap(plog, group, cleaned)
-                except BaseException:
-                    _remove_files(segment_paths(plog.directory, base, ".cleaned"))
-                    raise
-                horizons += group_horizons
+                    base, group_end = group_refs[0].base_offset, group_refs[-1].next_offset
+                    aborted = plog.collect_aborted_transactions(base, group_end) if group_end > base else []
+                    try:
+                        group_horizons, counts = yield _Job("clean_group", (
+                            pass_key, plog.directory, index_bytes, interval, [r.file for r in group_refs],
+                            aborted, summary, now_ms, delete_retention, rate))
+                        self._add_counts(counts)
+                        self._check_refs(plog, group_refs)
+                        self._swap(plog, group, base)
+                    except BaseException:
+                        _remove_files(segment_paths(plog.directory, base, ".cleaned"))
+                        raise
+                    horizons += group_horizons
+                # The cleaned segments, by their new sizes: those that fit together are merged.
+                merging = True
+                to_clean = [_segment_ref(s) for s in plog.segments[:-1] if s.base_offset <= last_base]
+                log.debug("%s-%d: %d segments cleaned; merging those that fit in segment.bytes=%d",
+                          plog.topic, plog.partition, len(to_clean), segment_bytes)
         except _Unsupported as exc:
             self._skipped.add(key)
             log.warning("%s-%d: not compacted: %s", plog.topic, plog.partition, exc)
@@ -828,6 +1269,8 @@ class LogCleaner:
             self.stats.aborted_swaps += 1
             log.info("%s-%d: cleaning pass abandoned: %s", plog.topic, plog.partition, exc)
             return
+        finally:
+            _OFFSET_MAPS.pop(pass_key, None)  # (jobs run here: clean_now, a thread worker)
         if horizons:
             self._delete_horizons[key] = min(horizons)
         else:
@@ -835,6 +1278,11 @@ class LogCleaner:
         self._set_checkpoint(plog, end)
         log.info("%s-%d: cleaned up to offset %d in %.3f s (%d segments now)", plog.topic, plog.partition,
                  end, time.monotonic() - started, len(plog.segments))
+
+    def _add_counts(self, counts: _Counts) -> None:
+        self.stats.bytes_read += counts.bytes_read
+        self.stats.bytes_written += counts.bytes_written
+        self.stats.records_removed += counts.records_removed
 
     @staticmethod
     def _check_refs(plog: PartitionLog, refs: list[_SegmentRef]) -> None:
@@ -848,15 +1296,6 @@ class LogCleaner:
             if id(seg) not in held or seg.file is None or seg.size != ref.size:
                 raise _SwapAbandoned("the segments changed during the pass")
 
-    def _scan_producers(self, refs: list[_SegmentRef], scan: _ProducerScan, pace: _Pace) -> None:
-        """Worker: the producer summary's part from the non-active segments' batch headers (the log
-        is the only producer state storage may read)."""
-        for ref in refs:
-            with _SegmentReader(ref) as f:
-                for buf, info in _read_entries(f, ref.size):
-                    pace.add(0)
-                    scan.add(buf, info)
-
     def _scan_active(self, active: LogSegment, size: int, scan: _ProducerScan) -> Iterator[int]:
         """Loop, in slices: the summary's part from the active segment, up to its size when the pass
         took it (the loop appends to it meanwhile, so no other thread reads it)."""
@@ -868,173 +1307,28 @@ class LogCleaner:
             if active.file is None:
                 raise _SwapAbandoned("a segment was closed")
 
-    def _build_offset_map(self, refs: list[_SegmentRef], aborted: list[AbortedTxn], start: int, stop: int,
-                          offset_map: OffsetMap, pace: _Pace) -> int:
-        """Worker: Kafka's buildOffsetMap, the keys of ``[start, stop)`` (only keys and offsets: read
-        with ``_record_keys``, not decoded); stops early when the map is full. Returns the offset the
-        pass cleans up to (exclusive)."""
-        txn = _TxnTracker(aborted)
-        put = offset_map.put
-        for ref in refs:
-            if ref.next_offset <= start or ref.base_offset >= stop:
-                continue
-            with _SegmentReader(ref) as f:
-                for buf, info in _read_entries(f, ref.size):
-                    if info.last_offset < start:
-                        continue
-                    if info.base_offset >= stop:
-                        break
-                    pace.add(info.size)
-                    h = v2.BatchHeader(buf, info.position)
-                    if h.is_control:
-                        txn.on_control_batch(h, buf, info.position)
-                    elif not txn.on_data_batch(h):
-                        if len(offset_map) and not offset_map.has_room_for(h.record_count):
-                            return offset_map.latest_offset + 1  # full: the next pass goes on from here
-                        records, rstart, rend = _records_section(buf, info, h)
-                        spans = _record_keys(records, rstart, rend, h.record_count)
-                        if spans is None:  # not walkable: the full decode says why
-                            for record in v2.batch_records(buf, info.position):
-                                if record.key is not None and record.offset >= start:
-                                    put(record.key, record.offset)
-                        else:
-                            base, view = h.base_offset, memoryview(records)
-                            for delta, key_start, key_end, _ in spans:
-                                if key_start >= 0 and base + delta >= start:
-                                    put(view[key_start:key_end], base + delta)
-                    offset_map.latest_offset = info.last_offset
-                    self.stats.bytes_read += info.size
-        offset_map.latest_offset = max(offset_map.latest_offset, stop - 1)  # the whole section is mapped
-        return stop
 
-    def _clean_group(self, directory: str, index_bytes: int, interval: int, refs: list[_SegmentRef],
-                     aborted: list[AbortedTxn], offset_map, summary, now_ms, delete_retention, pace: _Pace
-                     ) -> tuple[LogSegment, list[int]]:
-        """Worker: write the group's ``<base>.log.cleaned`` segment (+ indexes), fsynced and closed;
-        returns it and the delete horizons it keeps. On any failure its files are removed."""
-        base = refs[0].base_offset
-        group_end = refs[-1].next_offset
-        horizons: list[int] = []
-        txn = _TxnTracker(aborted)
-        _remove_files(segment_paths(directory, base, ".cleaned"))
-        cleaned = LogSegment(directory, base, index_max_bytes=index_bytes, index_interval_bytes=interval,
-                             active=True, file_suffix=".cleaned")
-        try:
-            for n, ref in enumerate(refs):
-                with _SegmentReader(ref) as f:
-                    for buf, info in _read_entries(f, ref.size):
-                        pace.add(info.size)
-                        self.stats.bytes_read += info.size
-                        out, horizon = self._filter_batch(buf, info, offset_map, summary, txn, now_ms,
-                                                          delete_retention)
-                        if horizon is not None:
-                            horizons.append(horizon)
-                        if out is None and n == len(refs) - 1 and info.last_offset == group_end - 1:
-                            # The group's last batch stays as a header without records or producer: the
-                            # cleaned segment keeps the group's offset range, which recovery of an
-                            # interrupted swap relies on to find every segment it replaced.
-                            out = _placeholder_batch(v2.BatchHeader(buf, info.position))
-                        if out is None:
-                            continue
-                        out_info = read_entry(out, 0)
-                        cleaned.append(out, first_offset=out_info.base_offset,
-                                       last_offset=out_info.last_offset, max_timestamp=out_info.max_timestamp,
-                                       offset_of_max_timestamp=out_info.last_offset)
-                        self.stats.bytes_written += len(out)
-            for kept in txn.kept_aborts:
-                cleaned.txn_index.append(kept)
-            cleaned.seal()
-            cleaned.flush()  # fsyncs the .log.cleaned and its indexes
-            cleaned.close()
-            return cleaned, horizons
-        except BaseException:
-            if cleaned.file is not None:
-                cleaned.close()
-            _remove_files(segment_paths(directory, base, ".cleaned"))
-            raise
-
-    def _filter_batch(self, buf, info, offset_map: OffsetMap, summary: _ProducerSummary, txn: _TxnTracker,
-                      now_ms: int, delete_retention: int) -> tuple[bytes | None, int | None]:
-        """The batch to write for the entry (None: drop it) and the delete horizon it carries."""
-        if info.magic != 2:
-            raise _Unsupported(f"entry of magic {info.magic} at offset {info.base_offset}")
-        h = v2.BatchHeader(buf, info.position)
-        original = bytes(memoryview(buf)[info.position:info.position + info.size])
-        horizon = h.base_timestamp if h.has_delete_horizon else None
-        pid = h.producer_id
-        # Kafka's retention of a producer's last batch, kept (maybe empty) for its sequence state.
-        last_of_producer = pid >= 0 and (
-            summary.last_data_offset.get(pid) == info.last_offset
-            or (h.is_control and summary.last_batch_offset.get(pid) == info.last_offset)
-        )
-        if h.is_control:
-            can_discard = txn.on_control_batch(h, buf, info.position)
-            if can_discard and horizon is not None and horizon <= now_ms:
-                return (_empty_batch(h) if last_of_producer else None), None
-            if can_discard and horizon is None:  # its transaction is gone: start the marker's horizon
-                horizon = now_ms + delete_retention
-                records = v2.batch_records(buf, info.position)
-                return _rebuild(h, records, horizon), horizon
-            return original, horizon if can_discard else None
-        if txn.on_data_batch(h):
-            self.stats.records_removed += h.record_count
-            return (_empty_batch(h) if last_of_producer else None), None
-        # Which records stay, from their keys and offsets only (``_record_keys``); the batch is decoded
-        # only when it must be rebuilt: some records go, or its tombstones get their horizon.
-        data, rstart, rend = _records_section(buf, info, h)
-        spans = _record_keys(data, rstart, rend, h.record_count)
-        if spans is None:  # not walkable: the full decode says why
-            decoded = v2.batch_records(buf, info.position)
-            spans = [(r.offset - h.base_offset, 0, 0, r.value is None) for r in decoded]
-            keys = [r.key for r in decoded]
-        else:
-            view = memoryview(data)
-            keys = [view[s:e] if s >= 0 else None for _, s, e, _ in spans]
-        base, latest = h.base_offset, offset_map.latest_offset
-        keep_index, tombstones = [], False
-        for i, (delta, _, _, value_null) in enumerate(spans):
-            offset = base + delta
-            if offset > latest:
-                keep = True  # past the map: the next pass decides
-            elif keys[i] is None:
-                keep = False
-            else:
-                keep = offset_map.get(keys[i]) <= offset and (
-                    not value_null or horizon is None or now_ms < horizon)
-            if keep:
-                keep_index.append(i)
-                tombstones = tombstones or value_null
-        self.stats.records_removed += len(spans) - len(keep_index)
-        if not keep_index:
-            return (_empty_batch(h) if last_of_producer else None), None
-        if len(keep_index) == len(spans) and not (tombstones and horizon is None):
-            return original, horizon if tombstones else None
-        records = v2.batch_records(buf, info.position)
-        kept = [records[i] for i in keep_index]
-        if tombstones and horizon is None:
-            horizon = now_ms + delete_retention
-            return _rebuild(h, kept, horizon), horizon
-        return _rebuild(h, kept, horizon), horizon if tombstones else None
-
-    def _swap(self, plog: PartitionLog, old: list[LogSegment], cleaned: LogSegment) -> None:
-        """Kafka's replaceSegments, in one synchronous step on the owner's thread."""
+    def _swap(self, plog: PartitionLog, old: list[LogSegment], base: int) -> None:
+        """Kafka's replaceSegments, in one synchronous step on the owner's thread: the
+        ``<base>.*.cleaned`` files take the place of the segments ``old`` (one or several)."""
         current = plog.segments
         if plog.closed or plog.deleted or not old or old[0] not in current:
             raise _SwapAbandoned("the log changed during the pass")
         i = current.index(old[0])
         if current[i:i + len(old)] != old or i + len(old) >= len(current):
             raise _SwapAbandoned("the segments changed during the pass")
-        directory, base = plog.directory, cleaned.base_offset
-        self._step("cleaned_written")
+        directory = plog.directory
+        merge = len(old) > 1
+        self._step("cleaned_written", merge)
         _rename_segment_files(directory, base, ".cleaned", ".swap")
         ckpt.fsync_dir(directory)
-        self._step("swap_renamed")
+        self._step("swap_renamed", merge)
         doomed = []
         for seg in old:
             seg.close()  # regions in flight keep the .log descriptor
             _rename_segment_files(directory, seg.base_offset, "", ".deleted")
             doomed += segment_paths(directory, seg.base_offset, ".deleted")
-        self._step("old_deleted")
+        self._step("old_deleted", merge)
         _rename_segment_files(directory, base, ".swap", "")
         ckpt.fsync_dir(directory)
         new = LogSegment(directory, base, index_max_bytes=int(plog.config["segment.index.bytes"]),
@@ -1042,16 +1336,20 @@ class LogCleaner:
         if not new.load_trusted():
             new.recover()
         plog.replace_segments(old, new)
-        self._step("swap_done")
+        self._step("swap_done", merge)
         delay = int(plog.config.get("file.delete.delay.ms", 60000))
         if delay <= 0:
             _remove_files(doomed)
         else:
             self._pending_deletes.append((time.monotonic() + delay / 1000, doomed))
 
-    def _step(self, name: str) -> None:
+    def _step(self, name: str, merge: bool) -> None:
+        """Calls the crash hook with ``name``, and also with ``name:merge`` when the swap replaces
+        several old segments."""
         if self.crash_hook is not None:
             self.crash_hook(name)
+            if merge:
+                self.crash_hook(f"{name}{MERGE_SUFFIX}")
 
 
 def _crash_hook_from_env() -> Callable[[str], None] | None:
@@ -1059,8 +1357,9 @@ def _crash_hook_from_env() -> Callable[[str], None] | None:
     at = os.environ.get(CRASH_AT_ENV, "").strip()
     if not at:
         return None
-    if at not in SWAP_STEPS:
-        raise ValueError(f"{CRASH_AT_ENV}={at!r}: not one of {', '.join(SWAP_STEPS)}")
+    if at.removesuffix(MERGE_SUFFIX) not in SWAP_STEPS:
+        raise ValueError(f"{CRASH_AT_ENV}={at!r}: not one of {', '.join(SWAP_STEPS)} (optionally followed "
+                         f"by {MERGE_SUFFIX})")
     log.warning("%s=%s: this process exits when a cleaner swap reaches that step (a test hook)",
                 CRASH_AT_ENV, at)
 

@@ -3,6 +3,7 @@ and its recovery after a crash at each step (storage/cleaner.py)."""
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -12,6 +13,7 @@ from minibroker.records.batches import iter_batches
 from minibroker.records.control import build_end_txn_marker
 from minibroker.records.framing import scan_entries
 from minibroker.storage import LogManager
+from minibroker.storage import cleaner as cleaner_module
 from minibroker.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, SWAP_STEPS, OffsetMap
 from minibroker.storage.partition_log import PartitionLog
 from minibroker.storage.txn_index import AbortedTxn
@@ -249,11 +251,17 @@ def test_small_segments_are_grouped_up_to_segment_bytes(tmp_path):
         _put(plog, [(f"k{i % 4}".encode(), b"x" * 30)])
     plog.roll()
     before = len(plog.segments)
-    manager.cleaner.clean_now(plog)  # groups by the segments' sizes before cleaning, as Kafka
-    after_one = len(plog.segments)
-    assert before > 5 and after_one == before  # each full segment is its own group
-    manager.cleaner.clean_now(plog)  # now small: merged further
-    assert len(plog.segments) < after_one
+    swaps = []
+    manager.cleaner.crash_hook = lambda step: swaps.append(step)
+    manager.cleaner.clean_now(plog)
+    # Grouped by the segments' sizes before cleaning, as Kafka (each full segment its own group), then
+    # the small cleaned segments merged in the same pass: the placeholders of the superseded segments
+    # in one segment, the latest records (400 bytes) in another, and the active one.
+    assert before > 5 and len(plog.segments) == 3
+    assert swaps.count("swap_done") > before - 1 and swaps.count("swap_done:merge") >= 1
+    manager.cleaner.crash_hook = None
+    manager.cleaner.clean_now(plog)  # nothing more to merge
+    assert len(plog.segments) == 3
     assert [k for _, k, _ in _records(plog)] == [b"k0", b"k1", b"k2", b"k3"]
     assert [k for _, k, _ in _records(plog)] == [b"k0", b"k1", b"k2", b"k3"]
     manager.close()
@@ -314,8 +322,9 @@ class Crash(Exception):
     pass
 
 
-@pytest.mark.parametrize("step", SWAP_STEPS)
+@pytest.mark.parametrize("step", [*SWAP_STEPS, *(step + ":merge" for step in SWAP_STEPS)])
 def test_a_crash_at_each_swap_step_leaves_old_or_new_segments(tmp_path, step):
+    """``<step>:merge``: at a swap of several old (small cleaned) segments for one."""
     for attempt in range(3):  # repeated: each restart must find a consistent log and clean again
         data = tmp_path / f"run{attempt}"
         data.mkdir()
@@ -370,73 +379,127 @@ def test_recovery_completes_a_swap_whose_old_segments_were_not_yet_renamed(tmp_p
     reopened.close()
 
 
-# ---- the worker thread (clean_once) and the key walk ------------------------------------------------
-
-@pytest.fixture
-def switch_interval():
-    import sys
-
-    before = sys.getswitchinterval()
-    yield
-    sys.setswitchinterval(before)  # the cleaner lowers it process-wide
+# ---- the worker (clean_once) and the key walk -------------------------------------------------------
 
 
-def _compacted(tmp_path):
+def _compacted(tmp_path, worker="process"):
     manager = _manager(tmp_path)
+    manager.cleaner.worker_kind = worker
     plog = _topic(manager, segment_bytes=600)
     written = _fill(plog)
     plog.roll()
     return manager, plog, written
 
 
-def test_clean_once_runs_the_pass_in_one_worker_thread_and_swaps_on_the_loop(tmp_path, switch_interval):
-    import sys
-    import threading
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
-    from minibroker.storage import cleaner as cleaner_module
+
+def test_clean_once_runs_the_jobs_in_a_worker_process_and_swaps_on_the_loop(tmp_path):
+    import threading
 
     manager, plog, written = _compacted(tmp_path)
     cleaner = manager.cleaner
-    threads = {"walk": set(), "swap": set()}
-    walk, swap = cleaner_module._record_keys, cleaner._swap
-
-    def record_keys(*args):
-        threads["walk"].add(threading.get_ident())
-        return walk(*args)
+    swaps, swap = set(), cleaner._swap
 
     def on_swap(*args):
-        threads["swap"].add(threading.get_ident())
+        swaps.add(threading.get_ident())
         return swap(*args)
 
     cleaner._swap = on_swap
 
     async def main():
         assert await cleaner.clean_once()
-        assert cleaner._executor is not None and sys.getswitchinterval() <= 0.001
+        worker = cleaner._worker
+        assert isinstance(worker, cleaner_module.WorkerProcess) and worker.pid != os.getpid()
+        assert _alive(worker.pid) and cleaner.worker_start_seconds > 0
+        assert await cleaner._in_worker(cleaner_module._Job("pid", ())) == worker.pid
         await cleaner.aclose()
-        assert cleaner._executor is None
+        assert cleaner._worker is None and not _alive(worker.pid)
 
-    original = cleaner_module._record_keys
-    cleaner_module._record_keys = record_keys
-    try:
-        asyncio_run(main())
-    finally:
-        cleaner_module._record_keys = original
-    loop_thread = threading.get_ident()
-    assert threads["swap"] == {loop_thread}
-    assert len(threads["walk"]) == 1 and loop_thread not in threads["walk"]
+    asyncio_run(main())
+    assert swaps == {threading.get_ident()}
     assert _records(plog) == sorted((o, k, v) for k, (o, v) in _latest(written).items())
     assert not [n for n in os.listdir(plog.directory) if n.endswith((".cleaned", ".swap"))]
     manager.close()
 
 
-def _pause_first_group(cleaner, after=False):
-    """Hold the worker before (``after``: once it wrote) the first group's cleaned segment, until
-    ``proceed``."""
+def test_an_idle_worker_process_is_stopped_and_a_dead_one_replaced(tmp_path):
+    manager, plog, written = _compacted(tmp_path)
+    cleaner = manager.cleaner
+
+    async def main():
+        assert await cleaner.clean_once()
+        first = cleaner._worker
+        cleaner.worker_idle_seconds = 0
+        cleaner._stop_idle_worker()
+        assert cleaner._worker is None and not _alive(first.pid)
+        second = cleaner._get_worker()
+        second.proc.kill()  # as the OOM killer would
+        second.proc.wait()
+        third = await cleaner._in_worker(cleaner_module._Job("pid", ()))  # another worker answers
+        assert third not in (first.pid, second.pid) and _alive(third)
+        await cleaner.aclose()
+
+    asyncio_run(main())
+    manager.close()
+
+
+def test_the_worker_process_exits_when_the_broker_is_killed(tmp_path):
+    """A broker killed with -9 in the middle of a pass (the worker paced to a crawl by
+    log.cleaner.io.max.bytes.per.second) leaves no worker running."""
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+import asyncio, sys
+sys.path[:0] = {sys.path!r}
+import test_cleaner as t
+manager, plog, _ = t._compacted(__import__("pathlib").Path({str(tmp_path)!r}))
+manager.cleaner.settings = manager.cleaner.settings._replace(io_max_bytes_per_second=10.0)
+async def main():
+    task = asyncio.ensure_future(manager.cleaner.clean_once())
+    while manager.cleaner._worker is None:
+        await asyncio.sleep(0.01)
+    print(manager.cleaner._worker.pid, flush=True)
+    await task
+asyncio.run(main())
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), *sys.path])}
+    broker = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    try:
+        worker_pid = int(broker.stdout.readline())
+        assert _alive(worker_pid)
+        broker.kill()
+        broker.wait()
+        deadline = time.monotonic() + 10
+        while _alive(worker_pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(worker_pid)
+    finally:
+        broker.kill()
+        broker.wait()
+        broker.stdout.close()
+    # the next start removes what the worker left
+    reopened = _manager(tmp_path)
+    names = os.listdir(reopened.get_log("t", 0).directory)
+    assert not [n for n in names if n.endswith((".cleaned", ".swap", ".deleted"))], names
+    reopened.close()
+
+
+def _pause_first_group(after=False):
+    """Hold the (thread) worker before (``after``: once it wrote) the first group's cleaned segment,
+    until ``proceed``."""
     import threading
 
     reached, proceed = threading.Event(), threading.Event()
-    clean_group = cleaner._clean_group
+    clean_group = cleaner_module._JOBS["clean_group"]
 
     def job(*args):
         if reached.is_set():
@@ -446,8 +509,17 @@ def _pause_first_group(cleaner, after=False):
         proceed.wait(10)
         return out if after else clean_group(*args)
 
-    cleaner._clean_group = job
-    return reached, proceed
+    return reached, proceed, job
+
+
+@pytest.fixture
+def paused_jobs(monkeypatch):
+    def pause(after=False):
+        reached, proceed, job = _pause_first_group(after)
+        monkeypatch.setitem(cleaner_module._JOBS, "clean_group", job)
+        return reached, proceed
+
+    return pause
 
 
 async def _until(event):
@@ -462,12 +534,12 @@ async def _until(event):
 
 @pytest.mark.parametrize("after", [False, True], ids=["while-reading", "before-the-swap"])
 def test_a_pass_whose_segments_go_meanwhile_is_abandoned_and_its_cleaned_files_removed(tmp_path, after,
-                                                                                      switch_interval):
-    manager, plog, written = _compacted(tmp_path)
+                                                                                      paused_jobs):
+    manager, plog, written = _compacted(tmp_path, worker="thread")
     cleaner = manager.cleaner
     before = _records(plog)
     second = plog.segments[1].base_offset
-    reached, proceed = _pause_first_group(cleaner, after)
+    reached, proceed = paused_jobs(after)
 
     async def main():
         import asyncio
@@ -488,26 +560,29 @@ def test_a_pass_whose_segments_go_meanwhile_is_abandoned_and_its_cleaned_files_r
     manager.close()
 
 
-def test_closing_the_cleaner_stops_the_worker_and_removes_its_cleaned_files(tmp_path, switch_interval):
+def test_closing_the_cleaner_kills_the_worker_and_removes_its_cleaned_files(tmp_path):
     manager, plog, written = _compacted(tmp_path)
     cleaner = manager.cleaner
     before = _records(plog)
-    reached, proceed = _pause_first_group(cleaner)
+    # paced to a crawl: the first group's job is still writing its .cleaned segment when closed
+    cleaner.settings = cleaner.settings._replace(io_max_bytes_per_second=2000.0)
 
     async def main():
         import asyncio
 
         task = cleaner.start()  # its first pass takes the log
-        await _until(reached)
-        closing = asyncio.create_task(cleaner.aclose())
-        await asyncio.sleep(0.01)
-        assert not closing.done()  # waits for the job in flight
-        proceed.set()  # the job starts, sees the stop at its first entry and gives up
-        await closing
-        assert task.cancelled()
+        for _ in range(5000):
+            if [n for n in os.listdir(plog.directory) if n.endswith(".cleaned")]:
+                break
+            await asyncio.sleep(0.002)
+        else:
+            raise AssertionError("no .cleaned file seen")
+        worker = cleaner._worker
+        await cleaner.aclose()
+        assert task.cancelled() and not _alive(worker.pid)
 
     asyncio_run(main())
-    assert cleaner._executor is None
+    assert cleaner._worker is None
     assert _records(plog) == before
     assert not [n for n in os.listdir(plog.directory) if n.endswith((".cleaned", ".swap"))]
     manager.close()
@@ -517,7 +592,7 @@ def test_the_worker_reads_only_the_file_the_loop_gave_it(tmp_path):
     from minibroker.storage.cleaner import _segment_ref, _SegmentReader, _SwapAbandoned
 
     manager, plog, _ = _compacted(tmp_path)
-    ref = _segment_ref(plog.segments[0])
+    ref = _segment_ref(plog.segments[0]).file
     with _SegmentReader(ref) as f:
         assert os.pread(f.fileno(), 8, 0) == bytes(8)  # base offset 0
     os.rename(ref.path, ref.path + ".moved")  # another file now at that path
@@ -537,7 +612,7 @@ def test_the_key_walk_gives_what_the_full_decode_gives(codec):
     import random
 
     from minibroker.records.framing import read_entry
-    from minibroker.storage.cleaner import _record_keys, _records_section
+    from minibroker.storage.cleaner import _records_section
 
     rnd = random.Random(codec)
     for _ in range(40):
@@ -550,15 +625,100 @@ def test_the_key_walk_gives_what_the_full_decode_gives(codec):
         data = v2.build_batch(rows, base_offset=500, compression=codec)
         h = v2.BatchHeader(data, 0)
         buf, start, end = _records_section(data, read_entry(data, 0), h)
-        spans = _record_keys(buf, start, end, h.record_count)
+        spans = v2.record_keys(buf, start, end, h.record_count)
         decoded = v2.batch_records(data, 0)
-        assert [(500 + d, None if s < 0 else bytes(buf[s:e]), null) for d, s, e, null in spans] == \
-            [(r.offset, r.key, r.value is None) for r in decoded]
-        assert _record_keys(buf, start, end - 1, h.record_count) is None  # cut short: decode instead
-        assert _record_keys(buf, start, end, h.record_count + 1) is None
+        assert [(500 + d, None if ks < 0 else bytes(buf[ks:ke]), None if vs < 0 else bytes(buf[vs:ve]))
+                for d, ks, ke, vs, ve in spans] == [(r.offset, r.key, r.value) for r in decoded]
+        assert v2.record_keys(buf, start, end - 1, h.record_count) is None  # cut short: decode instead
+        assert v2.record_keys(buf, start, end, h.record_count + 1) is None
 
 
 def asyncio_run(coro):
     import asyncio
 
     return asyncio.run(coro)
+
+
+# ---- a full disk, and every cleaner path at DEBUG ----------------------------------------------------
+
+
+class _FormattingHandler(logging.Handler):
+    """Formats every record at DEBUG (as tests/test_logging_calls.py's StrictHandler) and keeps them;
+    a record that does not format is a failure."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+        self.failures: list[str] = []
+
+    def emit(self, record):
+        try:
+            self.messages.append(self.format(record))
+        except Exception as exc:
+            self.failures.append(f"{record.pathname}:{record.lineno}: {exc!r}")
+
+
+@pytest.fixture
+def debug_log():
+    logger = logging.getLogger("minibroker")
+    handler, level = _FormattingHandler(), logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert not handler.failures, handler.failures
+
+
+def test_a_full_disk_fails_the_pass_keeps_the_log_and_the_cleaner_retries(tmp_path, monkeypatch, debug_log):
+    """ENOSPC while writing a .cleaned segment (injected at pwrite, as tests/storage/test_storage_errors.py
+    does): the pass fails and says so, its .cleaned files go, the log is as it was and readable, the
+    dir stays online, and the cleaner task (at DEBUG: every cleaner line formatted) cleans once the
+    disk has room again."""
+    import asyncio
+    import errno
+
+    from minibroker.storage import segment as segment_module
+
+    manager, plog, written = _compacted(tmp_path, worker="thread")  # the injection is in this process
+    cleaner = manager.cleaner
+    before = _records(plog)
+    calls = []
+
+    def full(fd, data, position):
+        calls.append(position)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segment_module.os, "pwrite", full)
+
+    async def main():
+        with pytest.raises(OSError, match="No space left"):
+            await cleaner.clean_once()
+        assert calls and not [n for n in os.listdir(plog.directory) if n.endswith((".cleaned", ".swap"))]
+        assert _records(plog) == before and plog.read(0, 1 << 20).region is not None
+        assert not manager.offline_dirs and cleaner.first_dirty_offset(plog) == -1
+        task = cleaner.start()  # backs off 10 ms after each failed pass, and tries again
+        for _ in range(5000):
+            if sum("log cleaner pass failed" in m for m in debug_log.messages) >= 2:
+                break
+            await asyncio.sleep(0.002)
+        else:
+            raise AssertionError("the cleaner did not retry")
+        monkeypatch.undo()  # room again
+        for _ in range(5000):
+            if cleaner.first_dirty_offset(plog) > 0:
+                break
+            await asyncio.sleep(0.002)
+        else:
+            raise AssertionError("the cleaner did not clean once the disk had room")
+        assert not task.done()
+        await cleaner.aclose()
+
+    asyncio_run(main())
+    assert _records(plog) == sorted((o, k, v) for k, (o, v) in _latest(written).items())
+    assert not [n for n in os.listdir(plog.directory) if n.endswith((".cleaned", ".swap"))]
+    assert any("merging those that fit" in m for m in debug_log.messages)
+    assert any("log cleaner worker thread" in m for m in debug_log.messages)
+    manager.close()
