@@ -648,41 +648,59 @@ _BROKER_KEYS = [
        no_effect=True),
     _k("unstable.api.versions.enable", _BOOL, False, "Advertise unreleased API versions.", no_effect=True),
     # --- TLS on SSL and SASL_SSL listeners (minibroker/security/tls.py). Each can be set per listener as
-    # listener.name.<listener>.ssl.*; all are read once, at start-up (Kafka reloads key stores at run time).
+    # listener.name.<listener>.ssl.*. The dynamic ones are Kafka's (DynamicBrokerConfig): altered per broker,
+    # the key and trust store ones only with the listener prefix (LISTENER_ONLY_DYNAMIC below); a change
+    # rebuilds the listeners' TLS contexts for new connections.
     _k("ssl.keystore.type", _STR, "PEM",
        "Format of ssl.keystore.location: PEM (certificate chain and private key in one file) or PKCS12. "
-       "JKS is not read (convert it: keytool -importkeystore -deststoretype PKCS12).",
-       kafka_default="JKS", validator=OneOf("PEM", "PKCS12", "JKS")),
+       "JKS is not read (convert it: keytool -importkeystore -deststoretype PKCS12). Dynamic per listener.",
+       kafka_default="JKS", validator=OneOf("PEM", "PKCS12", "JKS"), dynamic=True),
     _k("ssl.keystore.location", _STR, None,
-       "Key store file: the listener's certificate chain and private key.", importance="high"),
+       "Key store file: the listener's certificate chain and private key. Dynamic per listener "
+       "(listener.name.<listener>.ssl.keystore.location): new connections get the new certificate, "
+       "established ones keep theirs; altering it to the same path reloads the file.",
+       importance="high", dynamic=True),
     _k("ssl.keystore.password", _PASSWORD, None,
-       "Password of a PKCS12 key store (for PEM, see ssl.key.password).", importance="high"),
+       "Password of a PKCS12 key store (for PEM, see ssl.key.password). Dynamic per listener.",
+       importance="high", dynamic=True),
     _k("ssl.key.password", _PASSWORD, None,
-       "Password of an encrypted private key (PEM).", importance="high"),
+       "Password of an encrypted private key (PEM). Dynamic per listener.", importance="high", dynamic=True),
     _k("ssl.keystore.certificate.chain", _PASSWORD, None,
-       "The certificate chain as PEM text, instead of ssl.keystore.location (with ssl.keystore.key)."),
+       "The certificate chain as PEM text, instead of ssl.keystore.location (with ssl.keystore.key). "
+       "Dynamic per listener.", dynamic=True),
     _k("ssl.keystore.key", _PASSWORD, None,
        "The private key as PEM text (PKCS#8; encrypted with ssl.key.password or not), with "
-       "ssl.keystore.certificate.chain."),
+       "ssl.keystore.certificate.chain. Dynamic per listener.", dynamic=True),
     _k("ssl.truststore.type", _STR, "PEM",
-       "Format of ssl.truststore.location: PEM (CA certificates) or PKCS12.",
-       kafka_default="JKS", validator=OneOf("PEM", "PKCS12", "JKS")),
+       "Format of ssl.truststore.location: PEM (CA certificates) or PKCS12. Dynamic per listener.",
+       kafka_default="JKS", validator=OneOf("PEM", "PKCS12", "JKS"), dynamic=True),
     _k("ssl.truststore.location", _STR, None,
-       "CA certificates that client certificates must chain to (ssl.client.auth); unset: the system's."),
-    _k("ssl.truststore.password", _PASSWORD, None, "Password of a PKCS12 trust store."),
+       "CA certificates that client certificates must chain to (ssl.client.auth); unset: the system's. "
+       "Dynamic per listener, when the listener started with a trust store.", dynamic=True),
+    _k("ssl.truststore.password", _PASSWORD, None, "Password of a PKCS12 trust store. Dynamic per listener.",
+       dynamic=True),
     _k("ssl.truststore.certificates", _PASSWORD, None,
-       "CA certificates as PEM text, instead of ssl.truststore.location."),
+       "CA certificates as PEM text, instead of ssl.truststore.location. Dynamic per listener.",
+       dynamic=True),
     _k("ssl.client.auth", _STR, "none",
        "Client certificates on SSL listeners: required (the handshake fails without a trusted one), "
        "requested (checked when sent) or none. On SASL_SSL listeners only a "
        "listener.name.<listener>.ssl.client.auth value applies, as in Kafka.",
-       validator=OneOf("required", "requested", "none")),
-    _k("ssl.enabled.protocols", _LIST, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted (TLSv1.2, TLSv1.3)."),
+       validator=OneOf("required", "requested", "none"), dynamic=True),
+    _k("ssl.enabled.protocols", _LIST, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted (TLSv1.2, TLSv1.3).",
+       dynamic=True),
     _k("ssl.protocol", _STR, "TLSv1.3",
-       "TLS protocol of the context: the highest version offered (TLS, TLSv1.2 or TLSv1.3)."),
+       "TLS protocol of the context: the highest version offered (TLS, TLSv1.2 or TLSv1.3).", dynamic=True),
     _k("ssl.cipher.suites", _LIST, [],
        "TLS 1.2 cipher suites by OpenSSL name (ECDHE-RSA-AES128-GCM-SHA256, ...); empty: OpenSSL's defaults. "
-       "TLS 1.3 suites are always OpenSSL's."),
+       "TLS 1.3 suites (TLS_AES_128_GCM_SHA256, ...) are always OpenSSL's: naming only those turns TLS 1.2 "
+       "off.", dynamic=True),
+    _k("ssl.allow.dn.changes", _BOOL, False,
+       "Allow a dynamic key store change to a certificate with another subject (distinguished name).",
+       importance="low"),
+    _k("ssl.allow.san.changes", _BOOL, False,
+       "Allow a dynamic key store change to a certificate that drops subject alternative names.",
+       importance="low"),
     _k("ssl.principal.mapping.rules", _STR, "DEFAULT",
        "Rules mapping a client certificate's subject (RFC 2253, e.g. CN=alice,OU=eng,O=acme) to the User "
        "principal: RULE:pattern/replacement/[LU] items separated by commas, and DEFAULT (the subject as is).",
@@ -1177,6 +1195,69 @@ class ConfigEntry:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Which broker keys AlterConfigs may set, and at which level (Kafka's DynamicBrokerConfig).
+
+# The key and trust store keys (Kafka's SslConfigs.RECONFIGURABLE_CONFIGS): only in their listener form,
+# listener.name.<listener>.ssl.keystore.location, never as the broker-wide key.
+LISTENER_ONLY_DYNAMIC = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates",
+})
+# Listener keys are set per broker only, never as the cluster default (Kafka's PerBrokerConfigs: the
+# security keys and DynamicListenerConfig's, but for the cluster-wide max.connections,
+# max.connection.creation.rate and num.network.threads); a listener-prefixed key is per broker too.
+PER_BROKER_DYNAMIC = LISTENER_ONLY_DYNAMIC | frozenset({
+    "listeners", "advertised.listeners", "listener.security.protocol.map", "principal.builder.class",
+    "ssl.protocol", "ssl.provider", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.keymanager.algorithm",
+    "ssl.trustmanager.algorithm", "ssl.endpoint.identification.algorithm", "ssl.secure.random.implementation",
+    "ssl.client.auth", "ssl.engine.factory.class", "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config",
+    "sasl.enabled.mechanisms", "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter",
+    "sasl.login.refresh.min.period.seconds", "sasl.login.refresh.buffer.seconds",
+})
+
+
+def dynamic_spec(key: str) -> ConfigKey | None:
+    """The ConfigKey a dynamic ``key`` is parsed as: the broker key itself, or for a listener-prefixed
+    ``ssl.*`` key (the only listener form minibroker applies at run time) the broker key it prefixes;
+    None for anything else."""
+    spec = BROKER_CONFIGS.get(key)
+    if spec is None and (per_listener := split_listener_key(key)) is not None:
+        _, mechanism, base = per_listener
+        if mechanism is None and base.startswith("ssl."):
+            return BROKER_CONFIGS[base]
+    return spec
+
+
+def check_dynamic(key: str, value: str | None, *, cluster_default: bool = False) -> Any:
+    """``value`` parsed for ``key``'s dynamic layer (None to remove it), after Kafka's checks in their
+    order: a known key, a dynamic one, the listener form for key and trust stores, a valid value,
+    per broker for listener keys. Raises KafkaError."""
+    spec = dynamic_spec(key)
+    if spec is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {key}")
+    if not spec.dynamic:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {key}")
+    if key in LISTENER_ONLY_DYNAMIC:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "These security configs can be dynamically updated only "
+                         f"per-listener using the listener prefix: {key}")
+    parsed = None
+    if value is not None:
+        try:
+            parsed = spec.parse(value)
+        except ValueError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"Invalid value {value} for configuration {key}: {e}") from None
+    if cluster_default and (key in PER_BROKER_DYNAMIC or key not in BROKER_CONFIGS):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
+                         f"broker id must be specified: {key}")
+    return parsed
+
+
+# ---------------------------------------------------------------------------------------------------
 # The broker configuration.
 
 _STATIC_SOURCES = ("override", "env", "file")  # highest first
@@ -1209,9 +1290,9 @@ class BrokerConfig:
             if key in self._static[src]:
                 out.append((ConfigSource.STATIC_BROKER_CONFIG, self._static[src][key]))
                 break
-        default = BROKER_CONFIGS[key].default
-        if default is not None:
-            out.append((ConfigSource.DEFAULT_CONFIG, default))
+        spec = BROKER_CONFIGS.get(key)  # None for a listener-prefixed key: it has no default
+        if spec is not None and spec.default is not None:
+            out.append((ConfigSource.DEFAULT_CONFIG, spec.default))
         return out
 
     def __getitem__(self, key: str) -> Any:
@@ -1234,9 +1315,11 @@ class BrokerConfig:
         raise AttributeError(attr)
 
     def listener_override(self, listener: str, key: str, mechanism: str | None = None) -> Any:
-        """The value set for ``key`` on one listener (``listener.name.<listener>.[<mechanism>.]<key>``
-        in a static source), or None when none is."""
+        """The value set for ``key`` on one listener (``listener.name.<listener>.[<mechanism>.]<key>``,
+        dynamically for this broker or in a static source), or None when none is."""
         full = listener_key(listener, key, mechanism)
+        if full in self._dynamic_broker:
+            return self._dynamic_broker[full]
         for src in _STATIC_SOURCES:
             if full in self._static[src]:
                 return self._static[src][full]
@@ -1332,42 +1415,42 @@ class BrokerConfig:
 
     # -- dynamic changes (AlterConfigs on the broker resource)
     def set_dynamic(self, key: str, value: str | None, *, cluster_default: bool = False) -> None:
-        """Set (or with None remove) a dynamic broker value, validated; raises KafkaError."""
-        spec = BROKER_CONFIGS.get(key)
-        if spec is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {key}")
-        if not spec.dynamic:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {key}")
+        """Set (or with None remove) a dynamic broker value, validated (``check_dynamic``); raises
+        KafkaError."""
+        parsed = check_dynamic(key, value, cluster_default=cluster_default)
         layer = self._dynamic_default if cluster_default else self._dynamic_broker
         if value is None:
             layer.pop(key, None)
-            return
-        try:
-            layer[key] = spec.parse(value)
-        except ValueError as e:
-            raise KafkaError(ErrorCode.INVALID_CONFIG,
-                             f"Invalid value {value} for configuration {key}: {e}") from None
+        else:
+            layer[key] = parsed
 
     def dynamic_values(self, *, cluster_default: bool = False) -> dict[str, str]:
         """The dynamic layer as strings, for persisting it."""
         layer = self._dynamic_default if cluster_default else self._dynamic_broker
-        return {k: format_value(BROKER_CONFIGS[k].type, v) for k, v in layer.items()}
+        return {k: format_value(dynamic_spec(k).type, v) for k, v in layer.items()}
 
     # -- DescribeConfigs
     def describe(self, keys: Iterable[str] | None = None, *, include_synonyms: bool = True,
                  include_documentation: bool = True) -> list[ConfigEntry]:
         """DescribeConfigs entries for the broker resource (all known keys when ``keys`` is None;
-        unknown names are skipped, as Kafka does)."""
-        names = list(BROKER_CONFIGS) if keys is None else [k for k in keys if k in BROKER_CONFIGS]
+        unknown names are skipped, as Kafka does). Listener keys set dynamically are described too, with
+        the broker key they prefix as their next synonym, as Kafka does."""
+        listener_keys = sorted(k for k in self._dynamic_broker if k not in BROKER_CONFIGS)
+        if keys is None:
+            names = [*BROKER_CONFIGS, *listener_keys]
+        else:
+            names = [k for k in keys if k in BROKER_CONFIGS or k in self._dynamic_broker]
         entries = []
         for name in names:
-            spec = BROKER_CONFIGS[name]
+            spec = dynamic_spec(name) if name in listener_keys else BROKER_CONFIGS[name]
+            chain = (name, spec.name) if name in listener_keys else BROKER_SYNONYMS.get(name, (name,))
             synonyms = [
-                ConfigSynonym(syn, format_value(BROKER_CONFIGS[syn].type, v), source)
-                for syn in BROKER_SYNONYMS.get(name, (name,))
+                ConfigSynonym(syn, format_value(dynamic_spec(syn).type, v), source)
+                for syn in chain
                 for source, v in self._layer_values(syn)
             ]
-            value = None if spec.sensitive else format_value(spec.type, self[name])
+            current = self._dynamic_broker[name] if name in listener_keys else self[name]
+            value = None if spec.sensitive else format_value(spec.type, current)
             if spec.sensitive:
                 synonyms = [s._replace(value=None) for s in synonyms]
             entries.append(ConfigEntry(

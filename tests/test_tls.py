@@ -641,6 +641,183 @@ def test_bad_mapping_rules_are_refused(rules):
         PrincipalMapper(rules)
 
 
+# -- TLS keys altered at run time (AlterConfigs) -------------------------------------------------------
+
+
+def _peer_certificate(port: int, cafile: str) -> bytes:
+    """The DER certificate a new connection to ``port`` is served, verified against ``cafile`` only
+    (raises ssl.SSLCertVerificationError when it does not chain to it)."""
+    context = ssl.create_default_context(cafile=cafile)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        return tls.getpeercert(binary_form=True)
+
+
+def _incremental(admin, node: str, changes: dict, validate_only: bool = False):
+    """IncrementalAlterConfigs SET on the broker; the error (confluent_kafka.KafkaError) or None."""
+    import confluent_kafka
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    resource = ConfigResource("broker", node, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changes.items()])
+    try:
+        admin.incremental_alter_configs([resource], validate_only=validate_only)[resource].result(10)
+    except confluent_kafka.KafkaException as e:
+        return e.args[0]
+    return None
+
+
+def test_a_key_store_altered_at_run_time_serves_new_connections(tmp_path):
+    """Kafka's certificate rotation: listener.name.ssl.ssl.keystore.location (and the trust store) set
+    by AlterConfigs serve the next connections, established ones keep the old certificate, a key store
+    that cannot be read is refused and changes nothing, and the change survives a restart."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, ConfigResource
+    from kafka.admin import ConfigResource as PyResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    runner = BrokerRunner(security_protocol="SSL")
+    runner.start()
+    established = None
+    try:
+        old = runner.security.certs
+        new = generate_test_certs(str(tmp_path / "rotated"), hosts=[runner.host])  # another CA, same names
+        node = str(runner.broker.node_id)
+        old_der = _peer_certificate(runner.port, old["ca"])
+        established = _client_context(old, with_cert=False).wrap_socket(
+            socket.create_connection(("127.0.0.1", runner.port), timeout=10), server_hostname="127.0.0.1")
+        admin = AdminClient(runner.client_config("confluent-kafka"))
+        store, trust = "listener.name.ssl.ssl.keystore.location", "listener.name.ssl.ssl.truststore.location"
+
+        error = _incremental(admin, node, {"ssl.keystore.location": new["broker_keystore"]})
+        assert error.name() == "INVALID_REQUEST" and "only per-listener" in error.str()
+        missing = str(tmp_path / "missing.pem")
+        for validate_only in (True, False):
+            error = _incremental(admin, node, {store: missing}, validate_only=validate_only)
+            assert error.name() == "INVALID_CONFIG", error
+            assert store in error.str() and missing in error.str()
+        rotation = {store: new["broker_keystore"], trust: new["ca"]}
+        assert _incremental(admin, node, rotation, validate_only=True) is None
+        assert _peer_certificate(runner.port, old["ca"]) == old_der  # refused or validated: nothing changed
+        assert runner.broker.config.dynamic_values() == {}
+
+        python_admin = KafkaAdminClient(**runner.client_config("kafka-python"))
+        try:  # the legacy AlterConfigs (the client checks names against described dynamic keys: not yet set)
+            legacy = PyResource(ConfigResourceType.BROKER, node, configs=rotation)
+            result = python_admin.alter_configs([legacy], raise_on_unknown=False, incremental=False)
+            assert result == {"broker": {node: "OK"}}
+        finally:
+            python_admin.close()
+        new_der = _peer_certificate(runner.port, new["ca"])
+        assert new_der != old_der
+        with pytest.raises(ssl.SSLCertVerificationError):
+            _peer_certificate(runner.port, old["ca"])
+        with established:  # accepted before the change: keeps its certificate and still answers
+            assert established.getpeercert(binary_form=True) == old_der
+            assert len(_api_versions_over(established)) == 4
+        fresh = AdminClient({**runner.client_config("confluent-kafka"), "ssl.ca.location": new["ca"]})
+        described = fresh.describe_configs([ConfigResource("broker", node)])
+        entry = described[ConfigResource("broker", node)].result(10)[store]
+        assert entry.value == new["broker_keystore"]
+        assert entry.source == confluent_kafka.admin.ConfigSource.DYNAMIC_BROKER_CONFIG.value
+        assert [s.name for s in entry.synonyms.values()][:2] == [store, "ssl.keystore.location"]
+
+        runner.restart()
+        assert _peer_certificate(runner.port, new["ca"]) == new_der
+        with pytest.raises(ssl.SSLCertVerificationError):
+            _peer_certificate(runner.port, old["ca"])
+        runner.stop()  # a saved key store that went away stops the next start, naming where it is kept
+        os.unlink(new["broker_keystore"])
+        with pytest.raises(TlsConfigError, match=f"{store} .*minibroker-dynamic-configs.json"):
+            runner.start()
+    finally:
+        if established is not None:
+            established.close()
+        runner.cleanup()
+
+
+def _dynamic_config(certs, *overrides: str):
+    config = load_config(None, ["listeners=SSL://127.0.0.1:0", *overrides], {})
+    return config, listener_tls(config)
+
+
+def test_a_reconfigured_listener_keeps_its_certificate_names(certs, tmp_path):
+    """As Kafka's SslFactory: another subject needs ssl.allow.dn.changes, dropped subject alternative
+    names need ssl.allow.san.changes, and no trust store can be added to a listener started without."""
+    from minibroker.security.tls import reload_listener_tls
+
+    other = generate_test_certs(str(tmp_path / "other"), hosts=["other.example"])
+    store = "listener.name.ssl.ssl.keystore.location"
+    config, current = _dynamic_config(certs, f"ssl.keystore.location={certs['broker_keystore']}")
+    config.set_dynamic(store, other["broker_keystore"])
+    with pytest.raises(TlsConfigError, match="DistinguishedName does not match: existing={DN=CN=localhost"):
+        reload_listener_tls(config, current)
+    config.set_dynamic(store, None)
+    config.set_dynamic("listener.name.ssl.ssl.truststore.location", certs["ca"])
+    with pytest.raises(TlsConfigError, match="Cannot add SSL truststore"):
+        reload_listener_tls(config, current)
+
+    config, current = _dynamic_config(certs, f"ssl.keystore.location={certs['broker_keystore']}",
+                                      "listener.name.ssl.ssl.allow.dn.changes=true")
+    config.set_dynamic(store, other["broker_keystore"])
+    assert reload_listener_tls(config, current)["SSL"].certificate.subject.rfc4514_string().startswith(
+        "CN=other.example")
+
+    wide = generate_test_certs(str(tmp_path / "wide"), hosts=["a.example", "b.example"])
+    narrow = generate_test_certs(str(tmp_path / "narrow"), hosts=["a.example"])
+    config, current = _dynamic_config(certs, f"ssl.keystore.location={wide['broker_keystore']}")
+    config.set_dynamic(store, narrow["broker_keystore"])
+    with pytest.raises(TlsConfigError, match="SubjectAltNames do not match: .*b.example"):
+        reload_listener_tls(config, current)
+
+
+def test_dynamic_tls_keys_follow_kafkas_levels():
+    from minibroker.errors import ErrorCode, KafkaError
+
+    config = load_config(None, ["listeners=PLAINTEXT://127.0.0.1:0"], {})
+    refused = [
+        ("ssl.keystore.location", "/k.pem", False, ErrorCode.INVALID_REQUEST, "only per-listener"),
+        ("ssl.truststore.password", "x", False, ErrorCode.INVALID_REQUEST, "only per-listener"),
+        ("ssl.client.auth", "required", True, ErrorCode.INVALID_REQUEST, "default cluster level"),
+        ("listener.name.ssl.ssl.keystore.location", "/k.pem", True, ErrorCode.INVALID_REQUEST,
+         "default cluster level"),
+        ("listener.name.ssl.ssl.principal.mapping.rules", "DEFAULT", False, ErrorCode.INVALID_REQUEST,
+         "Cannot update these configs dynamically"),
+        ("listener.name.ssl.ssl.client.auth", "always", False, ErrorCode.INVALID_CONFIG, "Invalid value"),
+    ]
+    for key, value, cluster_default, code, message in refused:
+        with pytest.raises(KafkaError, match=message) as e:
+            config.set_dynamic(key, value, cluster_default=cluster_default)
+        assert e.value.code == code, key
+    config.set_dynamic("ssl.cipher.suites", "TLS_AES_128_GCM_SHA256")
+    config.set_dynamic("listener.name.ssl.ssl.keystore.password", "s3cret")
+    config.set_dynamic("listener.name.ssl.ssl.enabled.protocols", "TLSv1.3")
+    assert config.for_listener("SSL", "ssl.keystore.password") == "s3cret"
+    assert config.for_listener("SSL", "ssl.enabled.protocols") == ["TLSv1.3"]
+    assert config.dynamic_values() == {"ssl.cipher.suites": "TLS_AES_128_GCM_SHA256",
+                                       "listener.name.ssl.ssl.keystore.password": "s3cret",
+                                       "listener.name.ssl.ssl.enabled.protocols": "TLSv1.3"}
+    (password,) = config.describe(["listener.name.ssl.ssl.keystore.password"])
+    assert password.sensitive and password.value is None and not password.read_only
+    # which listeners a change rebuilds: a plain key all of them, a listener form its own listener only
+    from minibroker.security.tls import listeners_of
+
+    assert listeners_of(["ssl.cipher.suites"], ["A", "B"]) == ["A", "B"]
+    assert listeners_of(["listener.name.b.ssl.keystore.location", "log.segment.bytes"], ["A", "B"]) == ["B"]
+    assert listeners_of(["log.segment.bytes", "listener.name.B.ssl.keystore.location"], ["A", "B"]) == []
+
+
+def test_tls13_suite_names_are_accepted_in_cipher_suites(certs):
+    store = f"ssl.keystore.location={certs['broker_keystore']}"
+    only13 = _context(certs, store, "ssl.cipher.suites=TLS_AES_128_GCM_SHA256")
+    assert only13.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert _handshake(only13, _client_context(certs, with_cert=False)).version() == "TLSv1.3"
+    mixed = _context(certs, store, "ssl.cipher.suites=TLS_AES_128_GCM_SHA256,ECDHE-ECDSA-AES128-GCM-SHA256")
+    assert mixed.minimum_version == ssl.TLSVersion.TLSv1_2
+    with pytest.raises(TlsConfigError, match="TLS 1.3 suites only"):
+        _context(certs, store, "ssl.cipher.suites=TLS_AES_128_GCM_SHA256", "ssl.enabled.protocols=TLSv1.2")
+
+
 # -- minibroker certs ---------------------------------------------------------------------------------
 
 

@@ -6,20 +6,34 @@ Behaviour: each resource is handled on its own and all-or-nothing.
   logs. Illegal name 17, unknown topic 3.
 - BROKER: the given entries replace the dynamic layer of this broker (resource name = node.id)
   or the cluster-wide dynamic default (empty name); only keys Kafka can change dynamically are
-  accepted (others 42, bad values 40). Topics without an override follow the change live
-  (``log.segment.bytes``, ``log.retention.ms``, ``message.max.bytes`` ...).
+  accepted (others 42, bad values 40), with Kafka's levels: key and trust store keys only in their
+  ``listener.name.<listener>.`` form (42), listener keys (``ssl.*``, ``sasl.*``, ...) per broker only,
+  never as the cluster default (42). Topics without an override follow the change live
+  (``log.segment.bytes``, ``log.retention.ms``, ``message.max.bytes`` ...). When an ``ssl.*`` key (or
+  its listener form) is named or changed, the context of each TLS listener it applies to is rebuilt
+  from the new values and checked before anything is kept (minibroker/security/tls.py
+  reload_listener_tls): one that cannot be built (missing file, wrong password, unknown ciphers,
+  another certificate subject) restores the previous values and answers 40 "Invalid dynamic
+  configuration: ..." naming the key; otherwise new connections get the new context and established
+  ones keep theirs. Naming a key store at the same path reloads the file, as Kafka does. The dynamic
+  layers are saved at the log dir root (Broker.save_dynamic_configs) and applied at the next start
+  before the TLS contexts are built; a failed save restores the previous values and answers
+  UNKNOWN_SERVER_ERROR.
 Null values are rejected (42 "Null value not supported"), a key given twice is 42, a resource
 given twice is 42. ``validate_only`` checks and changes nothing.
 Authorization (with an authorizer), as Kafka: ALTER_CONFIGS on the topic (TOPIC), else
 TOPIC_AUTHORIZATION_FAILED, or on the cluster (BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v2 flexible; nothing else differs.
-Gaps: dynamic broker values live in memory only and are lost on restart (Kafka keeps them in the
-metadata log); BROKER_LOGGER is only served by IncrementalAlterConfigs, as in Kafka.
+Gaps: BROKER_LOGGER is only served by IncrementalAlterConfigs, as in Kafka. Kafka (3.9, KRaft) answers
+INVALID_REQUEST for a value its dynamic validation refuses (KAFKA-13609); minibroker answers 40 there.
+Dynamic passwords are saved as given (Kafka encodes them with password.encoder.secret).
 """
 
 from __future__ import annotations
 
-from minibroker.config import BROKER_CONFIGS, validate_topic_configs
+import logging
+
+from minibroker.config import check_dynamic, validate_topic_configs
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.describe_configs import (
     BROKER,
@@ -32,36 +46,61 @@ from minibroker.handlers.describe_configs import (
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation
+from minibroker.security.tls import TlsConfigError, is_tls_key
+
+log = logging.getLogger("minibroker.handlers")
 
 
-def check_broker_value(key: str, value: str | None) -> None:
+def check_broker_value(key: str, value: str | None, *, cluster_default: bool = False) -> None:
     """What BrokerConfig.set_dynamic would refuse, without changing anything."""
-    spec = BROKER_CONFIGS.get(key)
-    if spec is None:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {key}")
-    if not spec.dynamic:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {key}")
-    if value is not None:
-        try:
-            spec.parse(value)
-        except ValueError as e:
-            raise KafkaError(ErrorCode.INVALID_CONFIG,
-                             f"Invalid value {value} for configuration {key}: {e}") from None
+    check_dynamic(key, value, cluster_default=cluster_default)
 
 
-def set_broker_layer(broker, per_broker: bool, new: dict[str, str], validate_only: bool) -> None:
-    """Replace one dynamic layer with ``new`` (validated first), then refresh the live logs."""
+def _replace_layer(cfg, cluster_default: bool, values: dict[str, str]) -> None:
+    for key in cfg.dynamic_values(cluster_default=cluster_default):
+        if key not in values:
+            cfg.set_dynamic(key, None, cluster_default=cluster_default)
+    for key, value in values.items():
+        cfg.set_dynamic(key, value, cluster_default=cluster_default)
+
+
+def set_broker_layer(broker, per_broker: bool, new: dict[str, str], validate_only: bool,
+                     named: set[str] | None = None) -> None:
+    """Replace one dynamic layer with ``new`` (validated first); when a TLS key is ``named`` (default:
+    the keys of ``new``) or changes, rebuild the TLS listeners' contexts, and keep nothing if one
+    cannot be built; persist; then refresh the live logs. All of it runs without yielding to the
+    event loop, so no other request sees the values in between."""
+    cluster_default = not per_broker
     for key, value in new.items():
-        check_broker_value(key, value)
-    if validate_only:
-        return
+        check_broker_value(key, value, cluster_default=cluster_default)
     cfg = broker.config
-    for key in cfg.dynamic_values(cluster_default=not per_broker):
-        if key not in new:
-            cfg.set_dynamic(key, None, cluster_default=not per_broker)
-    for key, value in new.items():
-        cfg.set_dynamic(key, value, cluster_default=not per_broker)
-    broker.save_dynamic_configs()
+    old = cfg.dynamic_values(cluster_default=cluster_default)
+    touched = set(new) if named is None else set(named)
+    touched |= {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+    server = broker.socket_server
+    rebuild_tls = server is not None and any(is_tls_key(k) for k in touched)
+    if validate_only and not rebuild_tls:
+        return
+    _replace_layer(cfg, cluster_default, new)
+    try:
+        tls = server.reload_tls(touched) if rebuild_tls else None
+    except TlsConfigError as e:
+        _replace_layer(cfg, cluster_default, old)
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid dynamic configuration: {e}") from None
+    if validate_only:
+        _replace_layer(cfg, cluster_default, old)
+        return
+    try:
+        broker.save_dynamic_configs()
+    except OSError as e:
+        _replace_layer(cfg, cluster_default, old)
+        log.error("could not save the dynamic broker configs: %s", e)
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                         f"The dynamic configs could not be saved: {e.strerror or e}") from None
+    if tls:
+        server.use_tls(tls)
+        log.info("TLS listeners %s reconfigured (%s): new connections use the new settings",
+                 ", ".join(sorted(tls)), ", ".join(sorted(k for k in touched if is_tls_key(k))))
     refresh_topic_configs(broker)
 
 

@@ -6,7 +6,9 @@ Behaviour: per resource, all-or-nothing, operations SET 0, DELETE 1, APPEND 2, S
   and applied to the live logs.
   Illegal name 17, unknown topic 3.
 - BROKER: applied to this broker's dynamic layer (name = node.id) or the cluster default (empty
-  name); only dynamic keys (42 otherwise); topics follow live as with AlterConfigs.
+  name); only dynamic keys (42 otherwise), at Kafka's levels; topics follow live and TLS listeners are
+  rebuilt (or the change refused, 40) as with AlterConfigs; SET of a key store at its current path
+  reloads the file.
 - BROKER_LOGGER: SET a ``minibroker*`` or ``root`` Python logger to a Kafka level name (OFF,
   FATAL, ERROR, WARN, INFO, DEBUG, TRACE); DELETE resets it to inherit (not allowed for root,
   42); unknown logger or level 40; APPEND/SUBTRACT 42.
@@ -15,7 +17,7 @@ A key given twice is 42, a null value for SET/APPEND/SUBTRACT 42, a resource giv
 Authorization (with an authorizer), as Kafka: ALTER_CONFIGS on the topic (TOPIC), else
 TOPIC_AUTHORIZATION_FAILED, or on the cluster (BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v1 flexible; nothing else differs.
-Gaps: dynamic broker values are not persisted across restarts (see alter_configs).
+Gaps: as alter_configs (error code of a refused dynamic value, passwords saved as given).
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ from __future__ import annotations
 import logging
 
 from minibroker.config import (
-    BROKER_CONFIGS,
     AlterOp,
     ConfigType,
     alter_topic_configs,
     apply_list_op,
     check_list_op,
+    dynamic_spec,
     format_value,
     parse_typed,
+    split_listener_key,
 )
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.alter_configs import alter_resources, set_broker_layer, set_topic_overrides
@@ -71,16 +74,26 @@ def _ops(resource) -> list[tuple[str, AlterOp, str | None]]:
 def _broker_layer(broker, per_broker: bool, ops) -> dict[str, str]:
     layer = dict(broker.config.dynamic_values(cluster_default=not per_broker))
     for name, op, value in ops:
-        spec = BROKER_CONFIGS.get(name)
+        spec = dynamic_spec(name)
         if op is AlterOp.SET:
             layer[name] = value
         elif op is AlterOp.DELETE:
             layer.pop(name, None)
         else:
             check_list_op(name, spec, op)
-            current = layer.get(name, format_value(spec.type, broker.config[name]) or "")
+            current = layer.get(name, _effective(broker, name))
             layer[name] = apply_list_op(op, parse_typed(ConfigType.LIST, current), value)
     return layer
+
+
+def _effective(broker, name: str) -> str:
+    """The value ``name`` has now, as text: a listener key falls back to the broker key it prefixes."""
+    per_listener = split_listener_key(name)
+    if per_listener is not None and per_listener[1] is None:
+        value = broker.config.for_listener(per_listener[0], per_listener[2])
+    else:
+        value = broker.config[name]
+    return format_value(dynamic_spec(name).type, value) or ""
 
 
 def _loggers(ops, validate_only: bool) -> None:
@@ -122,7 +135,8 @@ def _alter(broker, resource, validate_only: bool) -> None:
         set_topic_overrides(broker, name, alter_topic_configs(info.configs, ops), validate_only)
     elif rtype == BROKER:
         per_broker = check_broker_name(broker, name)
-        set_broker_layer(broker, per_broker, _broker_layer(broker, per_broker, ops), validate_only)
+        set_broker_layer(broker, per_broker, _broker_layer(broker, per_broker, ops), validate_only,
+                         named={op_name for op_name, _, _ in ops})
     elif rtype == BROKER_LOGGER:
         check_broker_name(broker, name)
         _loggers(ops, validate_only)

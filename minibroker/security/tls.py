@@ -1,5 +1,6 @@
-"""TLS on SSL and SASL_SSL listeners: each listener's ``ssl.SSLContext``, built once at start-up from
-Kafka's ``ssl.*`` keys, and the principal a client certificate gives.
+"""TLS on SSL and SASL_SSL listeners: each listener's ``ssl.SSLContext``, built at start-up from
+Kafka's ``ssl.*`` keys and rebuilt when AlterConfigs changes them, and the principal a client
+certificate gives.
 
 Owner of: reading key stores and trust stores (PEM files, inline PEM values, PKCS12 through the
 ``cryptography`` package), the TLS versions and cipher suites a listener offers, whether it asks for
@@ -8,7 +9,12 @@ client certificates (``ssl.client.auth``), and Kafka's ``ssl.principal.mapping.r
 ``listener.name.<listener, lower case>.ssl.*``, which wins over the broker-wide key, as in Kafka.
 
 A key store or trust store that cannot be read stops start-up with ``TlsConfigError``, whose message
-names the key, where it was set and the file. The connection side lives in
+names the key, where it was set and the file. At run time (``reload_listener_tls``, called by the
+AlterConfigs handlers through the socket server) the same error refuses the change, and so do Kafka's
+checks of a reconfigured listener: the certificate keeps its subject (``ssl.allow.dn.changes``) and its
+subject alternative names (``ssl.allow.san.changes``), and a listener started without a trust store
+cannot be given one. New connections take the new context; established ones keep theirs. The
+connection side lives in
 minibroker/server/connection.py (``KafkaConnection.tls``: the principal at ``connection_made``, record
 bytes copied through the TLS transport instead of ``sendfile``) and minibroker/server/sockets.py (the
 handshake, with ``HANDSHAKE_TIMEOUT_S``).
@@ -35,6 +41,10 @@ _VERSIONS = {"TLSv1": ssl.TLSVersion.TLSv1, "TLSv1.1": ssl.TLSVersion.TLSv1_1,
 _PROTOCOL_CAP = {"TLS": None, "TLSv1.3": None, "TLSv1.2": ssl.TLSVersion.TLSv1_2,
                  "TLSv1.1": ssl.TLSVersion.TLSv1_1, "TLSv1": ssl.TLSVersion.TLSv1}
 _CLIENT_AUTH = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+# TLS 1.3 suites by their standard names (Java's too): Python's ssl cannot restrict them, so they are
+# recognised in ssl.cipher.suites rather than handed to OpenSSL's TLS 1.2 cipher list.
+_TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256",
+                           "TLS_AES_128_CCM_SHA256", "TLS_AES_128_CCM_8_SHA256"})
 _PEM_KEY_RE = re.compile(rb"-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY)-----.*?-----END \1-----", re.DOTALL)
 
 
@@ -295,17 +305,23 @@ def certificate_subject(cert_der: bytes) -> str:
 
 
 class ListenerTls:
-    """One TLS listener: its SSLContext, principal mapping rules and handshake timeout."""
+    """One TLS listener: its SSLContext, principal mapping rules and handshake timeout, and what a
+    dynamic change is checked against: the certificate served (a ``cryptography`` x509 certificate)
+    and whether a trust store is configured."""
 
-    __slots__ = ("listener", "security_protocol", "context", "mapper", "handshake_timeout")
+    __slots__ = ("listener", "security_protocol", "context", "mapper", "handshake_timeout", "certificate",
+                 "has_truststore")
 
     def __init__(self, listener: str, security_protocol: str, context: ssl.SSLContext,
-                 mapper: PrincipalMapper, handshake_timeout: float):
+                 mapper: PrincipalMapper, handshake_timeout: float, certificate=None,
+                 has_truststore: bool = False):
         self.listener = listener
         self.security_protocol = security_protocol
         self.context = context
         self.mapper = mapper
         self.handshake_timeout = handshake_timeout
+        self.certificate = certificate
+        self.has_truststore = has_truststore
 
     def principal_of(self, transport) -> KafkaPrincipal:
         """The principal an SSL connection authenticates as once its handshake is done: its
@@ -339,9 +355,11 @@ class _Settings:
     def where(self, name: str) -> str:
         """``ssl.keystore.location (from --override)``."""
         key = self.key(name)
+        source = self.config.source_of(key)
+        if source == "dynamic":
+            return f"{key} (a dynamic broker config, set by AlterConfigs)"
         if key != name:
             return key
-        source = self.config.source_of(name)
         if source == "env":
             from minibroker.config import key_to_env_var
 
@@ -512,24 +530,39 @@ def _versions(settings: _Settings) -> tuple[ssl.TLSVersion, ssl.TLSVersion | Non
     return versions[0], high
 
 
-def server_context(config, listener: str, security_protocol: str) -> ssl.SSLContext:
-    """The SSLContext of one SSL or SASL_SSL listener. Raises TlsConfigError."""
+def _ciphers(settings: _Settings, context: ssl.SSLContext, high: ssl.TLSVersion) -> bool:
+    """Apply ``ssl.cipher.suites``; True when it names TLS 1.3 suites only (TLS 1.2 then has none)."""
+    ciphers = [c.strip() for c in settings["ssl.cipher.suites"] if c.strip()]
+    tls12 = [c for c in ciphers if c not in _TLS13_SUITES]
+    if ciphers and not tls12:
+        if high < ssl.TLSVersion.TLSv1_3:
+            raise TlsConfigError(f"{settings.where('ssl.cipher.suites')} names TLS 1.3 suites only, and "
+                                 f"TLS 1.3 is not enabled ({settings.key('ssl.enabled.protocols')}, "
+                                 f"{settings.key('ssl.protocol')})")
+        return True
+    if tls12:
+        try:
+            context.set_ciphers(":".join(tls12))
+        except ssl.SSLError:
+            raise TlsConfigError(f"{settings.where('ssl.cipher.suites')}: OpenSSL knows none of "
+                                 f"{', '.join(tls12)} (give OpenSSL names, e.g. "
+                                 "ECDHE-RSA-AES128-GCM-SHA256)") from None
+    return False
+
+
+def _build(config, listener: str, security_protocol: str, handshake_timeout: float) -> ListenerTls:
+    """The ListenerTls of one SSL or SASL_SSL listener from ``config`` as it is now. Raises
+    TlsConfigError."""
     settings = _Settings(config, listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     low, high = _versions(settings)
+    if _ciphers(settings, context, high):
+        low = ssl.TLSVersion.TLSv1_3
     try:
         context.minimum_version = low
         context.maximum_version = high
     except ValueError as e:
         raise TlsConfigError(f"{settings.where('ssl.enabled.protocols')}: {e}") from None
-    ciphers = [c.strip() for c in settings["ssl.cipher.suites"] if c.strip()]
-    if ciphers:
-        try:
-            context.set_ciphers(":".join(ciphers))
-        except ssl.SSLError:
-            raise TlsConfigError(f"{settings.where('ssl.cipher.suites')}: OpenSSL knows none of "
-                                 f"{', '.join(ciphers)} (give OpenSSL names, e.g. "
-                                 "ECDHE-RSA-AES128-GCM-SHA256)") from None
     key, certs, what = _key_store(settings)
     _load_chain(context, key, certs, what)
     # Kafka applies ssl.client.auth to a SASL_SSL listener only when set with the listener prefix.
@@ -550,7 +583,91 @@ def server_context(config, listener: str, security_protocol: str) -> ssl.SSLCont
             raise TlsConfigError(f"{settings.where('ssl.truststore.location')}: {e}") from None
     elif client_auth != "none":
         context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
-    return context
+    mapper = PrincipalMapper(config.for_listener(listener, "ssl.principal.mapping.rules"))
+    return ListenerTls(listener, security_protocol, context, mapper, handshake_timeout, certs[0],
+                       trusted is not None)
+
+
+def server_context(config, listener: str, security_protocol: str) -> ssl.SSLContext:
+    """The SSLContext of one SSL or SASL_SSL listener. Raises TlsConfigError."""
+    return _build(config, listener, security_protocol, HANDSHAKE_TIMEOUT_S).context
+
+
+def _subject_alt_names(certificate) -> set:
+    from cryptography import x509
+
+    try:
+        return set(certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
+    except x509.ExtensionNotFound:
+        return set()
+
+
+def _check_reconfiguration(config, old: ListenerTls, new: ListenerTls) -> None:
+    """Kafka's checks of a listener's new TLS settings against the ones serving (SslFactory): the
+    certificate keeps its subject and subject alternative names unless allowed, and a trust store
+    cannot be added to a listener started without one. Raises TlsConfigError."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    settings = _Settings(config, old.listener)
+    if new.has_truststore and not old.has_truststore:
+        raise TlsConfigError("Cannot add SSL truststore to an existing listener for which no truststore was "
+                             f"configured ({settings.key('ssl.truststore.location')}); restart the broker "
+                             "to add one")
+    if old.certificate is None:
+        return
+    old_dn = certificate_subject(old.certificate.public_bytes(Encoding.DER))
+    new_dn = certificate_subject(new.certificate.public_bytes(Encoding.DER))
+    if not settings["ssl.allow.dn.changes"] and old_dn.lower() != new_dn.lower():
+        allow = settings.key("ssl.allow.dn.changes")
+        raise TlsConfigError(f"Keystore DistinguishedName does not match: existing={{DN={old_dn}}}, "
+                             f"new={{DN={new_dn}}} (a broker started with {allow}=true allows it)")
+    old_sans, new_sans = _subject_alt_names(old.certificate), _subject_alt_names(new.certificate)
+    if not settings["ssl.allow.san.changes"] and not old_sans <= new_sans:
+        missing = ", ".join(sorted(str(getattr(n, "value", n)) for n in old_sans - new_sans))
+        allow = settings.key("ssl.allow.san.changes")
+        raise TlsConfigError(f"Keystore SubjectAltNames do not match: the new certificate lacks {missing} "
+                             f"(a broker started with {allow}=true allows it)")
+
+
+def reload_listener_tls(config, current: dict[str, ListenerTls]) -> dict[str, ListenerTls]:
+    """A new ListenerTls for every listener of ``current``, from ``config`` as it is now (after a dynamic
+    change), each checked against the one serving. Key stores and trust stores are read again even
+    when their settings are unchanged (Kafka reloads a file altered to the same path). Raises
+    TlsConfigError naming the listener; nothing is changed here."""
+    out: dict[str, ListenerTls] = {}
+    for name, old in current.items():
+        try:
+            new = _build(config, name, old.security_protocol, old.handshake_timeout)
+            _check_reconfiguration(config, old, new)
+        except TlsConfigError as e:
+            raise TlsConfigError(f"listener {name} ({old.security_protocol}): {e}") from None
+        out[name] = new
+    return out
+
+
+def is_tls_key(key: str) -> bool:
+    """An ``ssl.*`` broker key, or its ``listener.name.<listener>.`` form: changing it rebuilds the TLS
+    listeners it applies to."""
+    from minibroker.config import split_listener_key
+
+    per_listener = split_listener_key(key)
+    return (per_listener[2] if per_listener is not None else key).startswith("ssl.")
+
+
+def listeners_of(keys, listener_names) -> list[str]:
+    """The listeners among ``listener_names`` whose TLS settings the altered ``keys`` may change: all for
+    a plain ``ssl.*`` key, one for its ``listener.name.<listener, lower case>.`` form (Kafka reads no
+    other spelling)."""
+    from minibroker.config import split_listener_key
+
+    out = []
+    for name in listener_names:
+        for key in keys:
+            per_listener = split_listener_key(key)
+            if is_tls_key(key) and (per_listener is None or per_listener[0] == name.lower()):
+                out.append(name)
+                break
+    return out
 
 
 def listener_tls(config) -> dict[str, ListenerTls]:
@@ -565,9 +682,7 @@ def listener_tls(config) -> dict[str, ListenerTls]:
         if protocol not in TLS_PROTOCOLS:
             continue
         try:
-            context = server_context(config, endpoint.name, protocol)
+            out[endpoint.name] = _build(config, endpoint.name, protocol, timeout)
         except TlsConfigError as e:
             raise TlsConfigError(f"listener {endpoint.name} ({protocol}): {e}") from None
-        mapper = PrincipalMapper(config.for_listener(endpoint.name, "ssl.principal.mapping.rules"))
-        out[endpoint.name] = ListenerTls(endpoint.name, protocol, context, mapper, timeout)
     return out

@@ -83,11 +83,21 @@ class Broker:
 
             log.warning("%s", deprecation_warning("log.message.format.version",
                                                   self.config["log.message.format.version"]))
-        from minibroker.security.tls import listener_tls
+        from minibroker.security.tls import TlsConfigError, is_tls_key, listener_tls
 
-        # Key stores and trust stores are read first: a bad one (TlsConfigError, naming the key and the
+        # Dynamic configs first (a read, nothing written): TLS keys altered at run time apply to the
+        # contexts built next, and topic configs inherit from them when the logs load.
+        self.load_dynamic_configs()
+        # Key stores and trust stores are read next: a bad one (TlsConfigError, naming the key and the
         # file) stops start-up before anything is locked, bound or loaded.
-        tls_by_listener = listener_tls(self.config)
+        try:
+            tls_by_listener = listener_tls(self.config)
+        except TlsConfigError as exc:
+            if not any(is_tls_key(k) for k in self.config.dynamic_values()):
+                raise
+            path = os.path.join(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE)
+            raise TlsConfigError(f"{exc}; the dynamic broker configs are kept in {path} (AlterConfigs can "
+                                 "change them only while the broker runs)") from None
         log_dirs = [self.config.data_dir]
         self.logs = LogManager(log_dirs, self.config, self.node_id)
         try:
@@ -107,7 +117,6 @@ class Broker:
             if metrics_port is not None:
                 metrics_sock = self._bind("metrics.port", metrics_host, metrics_port, 128,
                                           setting=self._setting("metrics.port"))
-            self.load_dynamic_configs()  # before the logs, whose topic configs inherit from them
             with StartupProgress("loading logs", log) as progress:  # a line every 5 s while recovery is slow
                 try:
                     self.logs.load(progress=progress.update)

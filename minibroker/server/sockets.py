@@ -28,7 +28,9 @@ SocketServer, Acceptor and ConnectionQuotas do (one event loop here instead of t
 - ``queued.max.request.bytes``: the ``MemoryPool`` every connection reserves request bytes from
   (minibroker/server/connection.py);
 - SSL and SASL_SSL listeners: the TLS handshake runs before the connection is made, within
-  ``ssl_handshake_timeout`` (minibroker/security/tls.py builds each listener's context at start-up).
+  ``ssl_handshake_timeout`` (minibroker/security/tls.py builds each listener's context at start-up, and
+  again when AlterConfigs changes an ``ssl.*`` key: ``reload_tls`` / ``use_tls``; a connection keeps the
+  context it was accepted with).
 
 Limits are read from the configuration at each accept and sweep, so AlterConfigs changes to
 the dynamic ones (``max.connections``, ``max.connections.per.ip`` and its overrides) apply to the
@@ -209,6 +211,25 @@ class SocketServer:
             listener.sock.close()
         for task in self._pending:
             task.cancel()
+
+    # -- TLS settings changed at run time --------------------------------------------------------
+
+    def reload_tls(self, keys) -> dict:
+        """New TLS settings (minibroker.security.tls.ListenerTls by listener name) for each TLS listener
+        one of the altered ``keys`` applies to (an ``ssl.*`` key: all; its listener form: that one), read
+        from the configuration as it is now and checked against the ones serving; raises TlsConfigError.
+        Nothing changes until ``use_tls``."""
+        from minibroker.security.tls import listeners_of, reload_listener_tls
+
+        serving = {lst.name: lst.tls for lst in self.listeners if lst.tls is not None}
+        names = listeners_of(keys, serving)
+        return reload_listener_tls(self.config, {name: serving[name] for name in names})
+
+    def use_tls(self, tls_by_listener: dict) -> None:
+        """Serve the next connections of each listener named with its new TLS settings."""
+        for listener in self.listeners:
+            if listener.name in tls_by_listener:
+                listener.tls = tls_by_listener[listener.name]
 
     # -- accepting ------------------------------------------------------------------------------
 

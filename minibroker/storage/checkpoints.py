@@ -67,10 +67,12 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomically(path: str, text: str, *, sync: bool = True, empty: str | None = None) -> None:
+def write_atomically(path: str, text: str, *, sync: bool = True, empty: str | None = None,
+                     mode: int = 0o666) -> None:
     """Replace ``path`` with ``text`` (temp file, fsync, rename, fsync dir).
 
     Unchanged content is not rewritten: a restart would otherwise pay several fsyncs for nothing.
+    ``mode`` (before the umask) is the new file's permission: 0o600 for files holding secrets.
     Nor is ``empty`` (the text a missing file reads as) written where no file exists yet, so a
     new log dir starts without files that say nothing.
     """
@@ -84,7 +86,9 @@ def write_atomically(path: str, text: str, *, sync: bool = True, empty: str | No
     except UnicodeDecodeError:
         pass
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    if mode != 0o666 and os.path.exists(tmp):
+        os.unlink(tmp)  # O_CREAT applies the mode only to a new file
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         if sync:

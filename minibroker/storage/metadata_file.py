@@ -34,4 +34,6 @@ def load_metadata(data_dir: str, name: str, default):
 
 def save_metadata(data_dir: str, name: str, obj) -> None:
     """Replace the file with ``obj`` as JSON; raises OSError (ENOSPC, EIO) for the caller to answer."""
-    write_atomically(os.path.join(data_dir, name), json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    # owner-only: SCRAM keys and dynamic passwords are secrets (Kafka keeps them in its metadata log)
+    write_atomically(os.path.join(data_dir, name), json.dumps(obj, indent=1, sort_keys=True) + "\n",
+                     mode=0o600)
