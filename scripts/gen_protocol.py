@@ -1,8 +1,17 @@
 #!/usr/bin/env python3
 """Generate minibroker's protocol declarations from Apache Kafka's message schemas.
 
-Reads ``<shared>/kafka-protocol/message/*.json`` and ``error-codes.tsv`` and writes two
-modules holding facts only (names, types, version ranges, error numbers), no prose:
+Reads three sets of schemas in Kafka's JSON format, each newer one taking over the versions it
+declares and the older ones keeping the versions below its lowest (Kafka 4 dropped old versions
+minibroker still serves):
+
+1. ``<shared>/kafka-protocol/message/*.json``, the Kafka 3.9-era set (every API);
+2. ``<shared>/kafka-protocol/message-4.3/*.json``, Kafka 4.3's schemas for the APIs it holds;
+3. ``scripts/protocol-schemas/*.json``, minibroker's own files for versions neither holds.
+
+Request and response schemas are matched by API key (Kafka 4.3 renamed key 74), the others by
+name. With ``error-codes.tsv`` it writes two modules holding facts only (names, types, version
+ranges, error numbers), no prose:
 
 - ``minibroker/protocol/schema.py``: one declaration per message, every version;
 - ``minibroker/protocol/error_codes.py``: Kafka's error codes as an IntEnum.
@@ -22,6 +31,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+PROJECT_SCHEMAS = os.path.join(ROOT, "scripts", "protocol-schemas")
 SCHEMA_OUT = os.path.join(ROOT, "minibroker", "protocol", "schema.py")
 ERRORS_OUT = os.path.join(ROOT, "minibroker", "protocol", "error_codes.py")
 
@@ -127,8 +137,154 @@ def field_tuple(f: dict, structs: dict[str, list[dict]]) -> tuple:
     return (snake(f["name"]), kind, parse_versions(f["versions"]), nullable, tag, flexible, default, fields)
 
 
+MAX_VERSION = 32767
+
+
+def format_versions(rng: tuple[int, int] | None) -> str:
+    """The inverse of parse_versions."""
+    if rng is None:
+        return "none"
+    lo, hi = rng
+    if hi == MAX_VERSION:
+        return f"{lo}+"
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def clip(rng: tuple[int, int] | None, lo: int, hi: int) -> tuple[int, int] | None:
+    """``rng`` restricted to versions lo..hi, None when nothing is left."""
+    if rng is None:
+        return None
+    a, b = max(rng[0], lo), min(rng[1], hi)
+    return (a, b) if a <= b else None
+
+
+def union(older: tuple[int, int] | None, newer: tuple[int, int] | None, what: str) -> tuple[int, int] | None:
+    """Two disjoint or touching version ranges as one; a gap between them cannot be declared."""
+    if older is None or newer is None:
+        return older or newer
+    if older[1] + 1 < newer[0]:
+        raise ValueError(f"{what}: versions {older} and {newer} leave a gap")
+    return (min(older[0], newer[0]), max(older[1], newer[1]))
+
+
+def inline_structs(fields: list[dict], structs: dict[str, list[dict]]) -> list[dict]:
+    """Fields with every struct type's fields written in place (commonStructs resolved)."""
+    out = []
+    for f in fields:
+        f = dict(f)
+        elem = f["type"][2:] if f["type"].startswith("[]") else f["type"]
+        if elem not in PRIMITIVES:
+            f["fields"] = inline_structs(f["fields"] if "fields" in f else structs[elem], structs)
+        out.append(f)
+    return out
+
+
+def _merged_range(old: dict | None, new: dict | None, key: str, split: int, what: str) -> str | None:
+    """A field's ``key`` range: the old schema's below ``split``, the new one's from it."""
+    older = clip(parse_versions(old.get(key)), 0, split - 1) if old else None
+    newer = clip(parse_versions(new.get(key)), split, MAX_VERSION) if new else None
+    merged = union(older, newer, what)
+    return format_versions(merged) if merged else None
+
+
+def merge_field(old: dict | None, new: dict | None, split: int, where: str) -> dict | None:
+    """One field declared by an older and/or a newer schema, the newer owning versions >= split."""
+    base = dict(new if new is not None else old)
+    what = f"{where}.{base['name']}"
+    if old is not None and new is not None:
+        elem_old = "struct" if "fields" in old else old["type"]
+        elem_new = "struct" if "fields" in new else new["type"]
+        array_old, array_new = old["type"].startswith("[]"), new["type"].startswith("[]")
+        if (elem_old, array_old) != (elem_new, array_new):
+            raise ValueError(f"{what}: type {old['type']} became {new['type']}")
+        if old.get("tag") != new.get("tag"):
+            raise ValueError(f"{what}: tag {old.get('tag')} became {new.get('tag')}")
+        if old.get("flexibleVersions") != new.get("flexibleVersions"):
+            raise ValueError(f"{what}: flexible versions differ")
+    versions = _merged_range(old, new, "versions", split, what)
+    if versions is None:
+        return None
+    base["versions"] = versions
+    for key in ("nullableVersions", "taggedVersions"):
+        merged = _merged_range(old, new, key, split, what)
+        base.pop(key, None)
+        if merged is not None:
+            base[key] = merged
+    if "fields" in base:
+        base["fields"] = merge_fields(old.get("fields") if old else None,
+                                      new.get("fields") if new else None, split, what)
+    return base
+
+
+def merge_fields(old: list[dict] | None, new: list[dict] | None, split: int, where: str) -> list[dict]:
+    """Two field lists as one, keeping the wire order of both (fields the old schema alone
+    declares stay in front of the field they preceded)."""
+    old, new = old or [], new or []
+    old_by_name = {f["name"]: f for f in old}
+    new_names = {f["name"] for f in new}
+    out: list[dict] = []
+    old_position = {f["name"]: i for i, f in enumerate(old)}
+    pending = [f for f in old if f["name"] not in new_names]
+
+    def flush_before(limit: int) -> None:
+        # old-only fields that came before position ``limit`` of the old order
+        while pending and old_position[pending[0]["name"]] < limit:
+            merged = merge_field(pending.pop(0), None, split, where)
+            if merged is not None:
+                out.append(merged)
+
+    for f in new:
+        if f["name"] in old_by_name:
+            flush_before(old_position[f["name"]])
+        merged = merge_field(old_by_name.get(f["name"]), f, split, where)
+        if merged is not None:
+            out.append(merged)
+    flush_before(len(old))
+    return out
+
+
+def merge_specs(old: dict, new: dict) -> dict:
+    """One schema from an older and a newer one: the newer owns every version from its lowest."""
+    old_valid, new_valid = parse_versions(old["validVersions"]), parse_versions(new["validVersions"])
+    split = new_valid[0]
+    where = new["name"]
+    valid = union(clip(old_valid, 0, split - 1), new_valid, where)
+    flexible = union(clip(parse_versions(old["flexibleVersions"]), 0, split - 1),
+                     clip(parse_versions(new["flexibleVersions"]), split, MAX_VERSION), where)
+    merged = {k: v for k, v in new.items() if k != "commonStructs"}
+    merged["validVersions"] = format_versions(valid)
+    merged["flexibleVersions"] = format_versions(flexible)
+    merged["fields"] = merge_fields(old["fields"], new["fields"], split, where)
+    return merged
+
+
+def schema_sources(shared: str) -> list[str]:
+    """The schema folders, oldest first; a missing folder is skipped."""
+    folders = [os.path.join(shared, "kafka-protocol", "message"),
+               os.path.join(shared, "kafka-protocol", "message-4.3"),
+               PROJECT_SCHEMAS]
+    return [d for d in folders if os.path.isdir(d)]
+
+
+def load_specs(shared: str) -> dict[str, dict]:
+    """Every message's merged schema (commonStructs resolved), by message name."""
+    by_key: dict[tuple, dict] = {}
+    for folder in schema_sources(shared):
+        for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+            spec = load(path)
+            kind = spec["type"]
+            if kind not in ("request", "response", "header", "data"):
+                continue
+            structs = {s["name"]: s["fields"] for s in spec.get("commonStructs", [])}
+            spec = dict(spec, fields=inline_structs(spec["fields"], structs))
+            spec.pop("commonStructs", None)
+            key = (kind, spec["apiKey"]) if kind in ("request", "response") else (kind, spec["name"])
+            by_key[key] = merge_specs(by_key[key], spec) if key in by_key else spec
+    return {spec["name"]: spec for spec in by_key.values()}
+
+
 def generate_schema(shared: str) -> str:
-    files = sorted(glob.glob(os.path.join(shared, "kafka-protocol", "message", "*.json")))
+    specs = load_specs(shared)
     lines = [
         HEADER,
         "# Plain constants, so importing costs next to nothing; minibroker.protocol.declarations",
@@ -139,21 +295,17 @@ def generate_schema(shared: str) -> str:
         "from minibroker.protocol.declarations import MessageTable\n",
         "MESSAGES_RAW = {",
     ]
-    for path in files:
-        spec = load(path)
-        kind = spec["type"]
-        if kind not in ("request", "response", "header", "data"):
-            continue
-        structs = {s["name"]: s["fields"] for s in spec.get("commonStructs", [])}
+    for name in sorted(specs):
+        spec = specs[name]
         entry = (
-            kind,
+            spec["type"],
             spec.get("apiKey", -1),
             parse_versions(spec["validVersions"]),
             parse_versions(spec["flexibleVersions"]),
-            tuple(field_tuple(f, structs) for f in spec["fields"]),
+            tuple(field_tuple(f, {}) for f in spec["fields"]),
         )
         # ``...`` (not the name Ellipsis) keeps every entry one constant in the compiled module
-        lines.append(f"    {spec['name']!r}: {entry!r},".replace("Ellipsis", "..."))
+        lines.append(f"    {name!r}: {entry!r},".replace("Ellipsis", "..."))
     lines.append("}\n")
     lines.append("MESSAGES = MessageTable(MESSAGES_RAW)")
     return "\n".join(lines) + "\n"

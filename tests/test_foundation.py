@@ -75,7 +75,7 @@ def test_api_versions_lists_served_apis_and_rejects_future_version(minibroker):
     with WireClient("127.0.0.1", minibroker.port) as c:
         r = c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
         served = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
-        assert served[18] == (0, 4) and served[3] == (0, 12)
+        assert served[18] == (0, 4) and served[3] == (0, 13)
         # ApiVersions v9 does not exist: error 35 in a v0 body with header v0
         frame = struct.pack(">hhih", 18, 9, 77, 1) + b"t" + b"\x00\x00\x00"
         c.sock.sendall(struct.pack(">i", len(frame)) + frame)

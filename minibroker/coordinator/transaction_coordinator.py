@@ -13,6 +13,7 @@ State machine, as Kafka's ``TransactionMetadata``::
     Prepare* -> CompleteCommit | CompleteAbort (once every partition has its marker)
     Complete* -> Ongoing | Empty (InitProducerId bumps the epoch)
     Ongoing -> PrepareEpochFence -> PrepareAbort (InitProducerId of a new instance, or a timeout)
+    Empty / Complete* -> PrepareAbort (EndTxn v5 aborting with no transaction open: KIP-890 part 2)
     Empty / Complete* -> Dead (transactional.id.expiration.ms without use: a tombstone)
 
 Every transition is a record in the compacted internal topic ``__transaction_state`` (Kafka's
@@ -23,6 +24,13 @@ Prepare*, the COMMIT or ABORT marker goes to each partition of the transaction t
 every ``MARKER_RETRY_BACKOFF_MS`` as Kafka's marker channel does, then Complete* is written. Markers on
 ``__consumer_offsets`` also tell the group coordinator to materialize (commit) or drop (abort) the
 transaction's pending offsets.
+
+KIP-890 part 2 (transaction.version 2, a client ending with EndTxn v5): the end bumps the producer
+epoch (Prepare* carries epoch + 1, the markers too, and the answer hands the new epoch to the producer
+for its next transaction); an exhausted epoch moves the producer to a new producer id at epoch 0 once
+the transaction completes (kept in memory until then: Kafka's TransactionLogValue v1 tagged
+NextProducerId is not written, so a restart between Prepare* and Complete* completes on the old id
+and the producer must initialize again). A retried end is recognized by the epoch before the bump.
 
 On start ``__transaction_state`` is read to its end in the background; meanwhile transactional
 requests get COORDINATOR_LOAD_IN_PROGRESS. Transactions found in Prepare* get their markers and
@@ -75,7 +83,8 @@ _VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE,
+                                S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),  # the last three: KIP-890
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
@@ -104,7 +113,7 @@ class TransactionMetadata:
 
     __slots__ = ("transactional_id", "producer_id", "previous_producer_id", "producer_epoch",
                  "last_producer_epoch", "timeout_ms", "state", "partitions", "start_ms", "last_update_ms",
-                 "pending_markers", "failed_epoch_fence")
+                 "pending_markers", "failed_epoch_fence", "next_producer_id")
 
     def __init__(self, transactional_id: str, producer_id: int, producer_epoch: int, timeout_ms: int,
                  state: TransactionState = S.EMPTY, partitions: Iterable[TopicPartition] = (),
@@ -122,6 +131,7 @@ class TransactionMetadata:
         self.last_update_ms = last_update_ms
         self.pending_markers: set[TopicPartition] = set()  # Prepare*: partitions still without a marker
         self.failed_epoch_fence = False  # a fence whose PrepareAbort could not be written: do not bump again
+        self.next_producer_id = NO_PRODUCER_ID  # KIP-890 part 2: an exhausted epoch's new id, for Complete*
 
     def __repr__(self) -> str:
         return (f"TransactionMetadata({self.transactional_id!r}, producer {self.producer_id} epoch "
@@ -529,6 +539,56 @@ class TransactionCoordinator:
         self._transit(txn, self._next(txn, wanted_prepare))
         self._start_markers(txn)
 
+    def end_transaction_with_epoch_bump(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                        commit: bool) -> tuple[int, int]:
+        """EndTxn v5 (KIP-890 part 2, Kafka's endTransaction with transaction version 2): as
+        ``end_transaction``, but the end bumps the producer epoch, an abort is accepted with no
+        transaction open (it only bumps), and a retry is recognized by the epoch before the bump.
+        Returns the producer id and epoch the producer goes on with."""
+        self._check_ready(transactional_id)
+        txn = self.transactions.get(transactional_id)
+        if txn is None or txn.state == S.DEAD:
+            raise KafkaError(E.INVALID_PRODUCER_ID_MAPPING)
+        retry_on_bump = txn.producer_epoch == producer_epoch + 1
+        retry_on_overflow = (txn.previous_producer_id == producer_id and producer_epoch == SHORT_MAX - 1
+                             and txn.producer_epoch == 0)
+        if txn.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            valid_epoch = retry_on_bump
+        elif txn.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            valid_epoch = retry_on_bump or retry_on_overflow or producer_epoch == txn.producer_epoch
+        else:
+            valid_epoch = producer_epoch == txn.producer_epoch
+        if not valid_epoch:
+            raise KafkaError(E.PRODUCER_FENCED, f"producer epoch {producer_epoch} of {transactional_id} is "
+                                                f"not the current epoch {txn.producer_epoch}")
+        if txn.producer_id != producer_id and not retry_on_overflow:
+            raise KafkaError(E.INVALID_PRODUCER_ID_MAPPING)
+        retry = retry_on_bump or retry_on_overflow
+        wanted = "commit" if commit else "abort"
+        if txn.state == S.ONGOING:
+            self._prepare_with_epoch_bump(txn, commit)
+        elif txn.state == (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT):
+            raise KafkaError(E.CONCURRENT_TRANSACTIONS)
+        elif txn.state == (S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT) and retry:
+            pass  # a retry of the end that completed
+        elif not commit and not retry and txn.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            self._prepare_with_epoch_bump(txn, commit)  # nothing to abort: the epoch is bumped all the same
+        else:
+            raise KafkaError(E.INVALID_TXN_STATE, f"cannot {wanted} the transaction of {transactional_id} "
+                                                  f"in state {txn.state}")
+        return txn.producer_id, txn.producer_epoch
+
+    def _prepare_with_epoch_bump(self, txn: TransactionMetadata, commit: bool) -> None:
+        """Prepare* at epoch + 1 (the markers carry it), then the markers and Complete*. An exhausted
+        epoch goes to Short.MAX_VALUE for the markers and a new producer id is taken for Complete*."""
+        next_id = self.broker.producer_ids.allocate() if is_epoch_exhausted(txn.producer_epoch) \
+            else NO_PRODUCER_ID
+        state = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        self._transit(txn, self._next(txn, state, producer_epoch=txn.producer_epoch + 1,
+                                      last_producer_epoch=txn.producer_epoch))
+        txn.next_producer_id = next_id
+        self._start_markers(txn)
+
     def _abort_on_behalf(self, txn: TransactionMetadata, why: str) -> None:
         """Abort a transaction its producer did not end (timeout): fence the producer first."""
         try:
@@ -578,8 +638,13 @@ class TransactionCoordinator:
                 groups.complete_transactional_offsets(partition, txn.producer_id, commit)
         if not txn.pending_markers:
             complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+            rotation = {}
+            if txn.next_producer_id != NO_PRODUCER_ID:  # the epoch overflowed: a new id at epoch 0
+                rotation = dict(producer_id=txn.next_producer_id, producer_epoch=0,
+                                previous_producer_id=txn.producer_id)
             try:
-                self._transit(txn, self._next(txn, complete, partitions=frozenset()))
+                self._transit(txn, self._next(txn, complete, partitions=frozenset(), **rotation))
+                txn.next_producer_id = NO_PRODUCER_ID
                 log.debug("%s of %s: %s", "commit" if commit else "abort", txn.transactional_id, complete)
                 return
             except KafkaError as e:

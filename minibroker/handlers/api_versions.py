@@ -1,32 +1,71 @@
 """ApiVersions: v0-v4.
 
 Behaviour: lists exactly the APIs and version ranges that have handlers (the registry).
-v3+ adds supported/finalized features (none on one node beyond metadata.version, which is
-reported so KIP-584-aware clients see a finalized epoch) and the zk-migration flag.
+v3+ adds supported and finalized features (KIP-584) as a one-node Kafka 4.3 cluster reports them
+(``minibroker/features.py``: metadata.version 4.3-IV0, kraft.version 1, ...), narrowed to the levels
+whose behaviour is served here: a feature level that needs APIs is reported only while their handlers
+are registered at the versions it needs (``transaction.version`` 2, KIP-890 part 2, needs EndTxn v5;
+``group.version`` 1 ConsumerGroupHeartbeat; ``share.version`` 1 ShareGroupHeartbeat;
+``streams.version`` 1 StreamsGroupHeartbeat), so that clients switching protocols on a finalized
+level never pick one that is not served. A feature served at no level beyond 0 is left out of both
+lists; one finalized at 0 is left out of the finalized list, as Kafka does. v3+ also carries the
+zk-migration flag (false: there is no ZooKeeper).
 Version notes: an unsupported ApiVersions version is answered by the connection layer with
 error 35 and a v0-format body listing ApiVersions' own range, so every client can downgrade.
 """
 
 from __future__ import annotations
 
+from minibroker.features import FINALIZED_FEATURES_EPOCH, FeatureLevel, advertised_features
 from minibroker.handlers.registry import HANDLERS, handles, served_versions
 from minibroker.protocol.codec import Struct
 
 API_KEY = 18
 
-# metadata.version level of Kafka 3.9 (IBP 3.9-IV0): what KRaft brokers report as finalized.
-METADATA_VERSION = 21
+# feature -> level -> (api key, lowest max version) the level's behaviour needs
+_LEVEL_NEEDS: dict[str, dict[int, tuple[int, int]]] = {
+    "transaction.version": {2: (26, 5)},  # KIP-890 part 2: EndTxn v5 bumps the epoch per transaction
+    "group.version": {1: (68, 0)},  # KIP-848: ConsumerGroupHeartbeat
+    "share.version": {1: (76, 1)},  # KIP-932: ShareGroupHeartbeat
+    "streams.version": {1: (88, 0)},  # KIP-1071: StreamsGroupHeartbeat
+}
+
+
+def served_level(name: str, highest: int) -> int:
+    """The highest level of feature ``name`` up to ``highest`` whose needed APIs are all served."""
+    needs = _LEVEL_NEEDS.get(name, {})
+    level = 0
+    for candidate in range(1, highest + 1):
+        need = needs.get(candidate)
+        if need is not None:
+            handler = HANDLERS.get(need[0])
+            if handler is None or handler.max_version < need[1]:
+                break
+        level = candidate
+    return level
+
+
+def served_features() -> list[FeatureLevel]:
+    """Kafka 4.3's features narrowed to the levels served here (features served only at 0 left out)."""
+    out = []
+    for f in advertised_features():
+        top = served_level(f.name, f.max_supported)
+        if top > 0:
+            out.append(FeatureLevel(f.name, f.min_supported, top, min(f.finalized, top)))
+    return out
 
 
 def api_versions_body(error_code: int = 0) -> Struct:
+    features = served_features()
     return Struct(
         error_code=error_code,
         api_keys=[Struct(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in served_versions()],
         throttle_time_ms=0,
-        supported_features=[Struct(name="metadata.version", min_version=1, max_version=METADATA_VERSION)],
-        finalized_features_epoch=0,
-        finalized_features=[Struct(name="metadata.version", max_version_level=METADATA_VERSION,
-                                   min_version_level=METADATA_VERSION)],
+        supported_features=[Struct(name=f.name, min_version=f.min_supported, max_version=f.max_supported)
+                            for f in features],
+        finalized_features_epoch=FINALIZED_FEATURES_EPOCH,
+        finalized_features=[Struct(name=f.name, max_version_level=f.finalized, min_version_level=f.finalized)
+                            for f in features if f.finalized > 0],
         zk_migration_ready=False,
     )
 

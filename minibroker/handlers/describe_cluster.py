@@ -1,4 +1,4 @@
-"""DescribeCluster: v0-v1.
+"""DescribeCluster: v0-v2.
 
 Behaviour: the cluster id, this broker (advertised host and port of the first listener, rack
 from ``broker.rack``) as the only broker and as controller id, as Metadata reports them. When
@@ -7,7 +7,8 @@ resource the principal is authorized for (all of them without an authorizer; 0 w
 the cluster), as Kafka answers; the request itself needs no permission.
 Version notes: v1 carries endpoint_type: 1 (brokers) is served; 2 (controllers) gets
 UNSUPPORTED_ENDPOINT_TYPE 115, as a broker listener answers it.
-Gaps: v2 (include_fenced_brokers) is not in our schema.
+v2 (KIP-1073) asks for fenced brokers too and marks each broker is_fenced: this node, the only
+broker, is never fenced, so the answer is the same either way.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _cluster_operations(broker, header) -> int:
     return cluster_operations(broker, header)
 
 
-@handles(60, (0, 1))
+@handles(60, (0, 2))
 def handle_describe_cluster(broker, header, request):
     endpoint_type = request.endpoint_type if header.api_version >= 1 else BROKER_ENDPOINT
     if endpoint_type != BROKER_ENDPOINT:
@@ -41,7 +42,7 @@ def handle_describe_cluster(broker, header, request):
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINT,
         cluster_id=broker.cluster_id, controller_id=broker.node_id,
         brokers=[Struct(broker_id=broker.node_id, host=endpoint.host, port=endpoint.port,
-                        rack=broker.config["broker.rack"])],
+                        rack=broker.config["broker.rack"], is_fenced=False)],
         cluster_authorized_operations=_cluster_operations(broker, header)
         if request.include_cluster_authorized_operations else NOT_ASKED,
     )

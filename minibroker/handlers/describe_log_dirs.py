@@ -1,4 +1,4 @@
-"""DescribeLogDirs: v0-v4.
+"""DescribeLogDirs: v0-v5.
 
 Behaviour: one result per configured log dir (absolute path, even when it holds nothing), each
 listing the asked partitions it holds (null topics = every partition) with their size in bytes
@@ -7,7 +7,7 @@ partitions that do not exist are left out, as Kafka does.
 Authorization (with an authorizer): DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED (v3+; no
 results before), as Kafka.
 Version notes: v2+ flexible; v3+ top-level error code; v4+ total and usable bytes of the file
-system holding each dir.
+system holding each dir; v5+ is_cordoned (KIP-1066), always false: dirs cannot be cordoned here.
 A dir taken offline by a failed write (full disk, I/O error; docs/reliability.md) answers
 KAFKA_STORAGE_ERROR (56) with no topics, as Kafka answers for an offline dir; its partitions still
 serve reads. A missing dir makes the sizes -1.
@@ -38,7 +38,7 @@ def _wanted(broker, topics):
     ]
 
 
-@handles(35, (0, 4))
+@handles(35, (0, 5))
 def handle_describe_log_dirs(broker, header, request):
     if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.CLUSTER):
         return Struct(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[])

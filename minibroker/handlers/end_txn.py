@@ -1,4 +1,4 @@
-"""EndTxn: v0-v4.
+"""EndTxn: v0-v5.
 
 Behaviour: commits or aborts the producer's Ongoing transaction: PrepareCommit / PrepareAbort is
 written to ``__transaction_state`` before the answer; then the COMMIT or ABORT marker goes to every
@@ -12,9 +12,11 @@ COORDINATOR_LOAD_IN_PROGRESS 14, INVALID_REQUEST 42 (empty transactional id).
 Authorization (with an authorizer): WRITE on the transactional id, else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka.
 Version notes: v2 adds PRODUCER_FENCED (v0-v1 get INVALID_PRODUCER_EPOCH 47); v3 flexible; v4 adds
-TRANSACTION_ABORTABLE to the vocabulary (never sent here).
-Gaps: v5 (KIP-890 part 2, an epoch bump on every transaction, "transaction.version" 2) is not
-served, as Kafka 3.9 does not advertise it; clients then stay on the classic protocol.
+TRANSACTION_ABORTABLE to the vocabulary (never sent here); v5 is KIP-890 part 2 (transaction.version
+2), as Kafka decides it by the request's version: every end bumps the producer epoch (the markers carry
+the new epoch) and the answer carries the producer id and epoch for the next transaction (a new id at
+epoch 0 when the epoch was exhausted); an abort with no transaction open only bumps the epoch; a retry
+is the end repeated with the epoch before the bump. Errors answer producer id and epoch -1.
 """
 
 from __future__ import annotations
@@ -26,17 +28,28 @@ from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize
 
+FIRST_EPOCH_BUMP_VERSION = 5  # KIP-890 part 2
 
-@handles(26, (0, 4))
+
+def _answer(code: ErrorCode | int, producer_id: int = -1, producer_epoch: int = -1) -> Struct:
+    return Struct(throttle_time_ms=0, error_code=int(code), producer_id=producer_id,
+                  producer_epoch=producer_epoch)
+
+
+@handles(26, (0, 5))
 def handle_end_txn(broker, header, request):
     txn_id = request.transactional_id
     if not authorize(broker, header, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
-        return Struct(throttle_time_ms=0, error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return _answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     try:
         if broker.transactions is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        broker.transactions.end_transaction(request.transactional_id, request.producer_id,
-                                            request.producer_epoch, request.committed)
+        if header.api_version >= FIRST_EPOCH_BUMP_VERSION:
+            producer_id, epoch = broker.transactions.end_transaction_with_epoch_bump(
+                txn_id, request.producer_id, request.producer_epoch, request.committed)
+            return _answer(ErrorCode.NONE, producer_id, epoch)
+        broker.transactions.end_transaction(txn_id, request.producer_id, request.producer_epoch,
+                                            request.committed)
     except KafkaError as e:
-        return Struct(throttle_time_ms=0, error_code=int(fenced_error_for(e.code, header.api_version, 2)))
-    return Struct(throttle_time_ms=0, error_code=0)
+        return _answer(fenced_error_for(e.code, header.api_version, 2))
+    return _answer(ErrorCode.NONE)

@@ -1,4 +1,4 @@
-"""Fetch: v0-v17.
+"""Fetch: v0-v18.
 
 Behaviour: for each requested partition, the log finds the first entry whose last offset >=
 the fetch offset and hands back a file region, bounded by the partition's and the response's
@@ -14,8 +14,10 @@ transactions overlapping what was read, from the segments' ``.txnindex`` (produc
 offset), so that clients drop aborted records; a marker moving the last stable offset wakes
 long-polling fetches. READ_UNCOMMITTED reads to the high watermark, control batches included.
 Preferred read replica -1; topic ids on v13+ (UNKNOWN_TOPIC_ID for unknown ones).
-Version notes: v0-v3 cannot read magic 2, so their batches are down-converted (magic 0 for
-v0-v1, magic 1 for v2-v3), which copies them through Python: old clients pay for it.
+Version notes: v18 (KIP-1166) only adds the follower's high watermark to the request (a tagged
+field replicas send; a consumer leaves it at its default and it is ignored here). v0-v3 cannot read
+magic 2, so their batches are down-converted (magic 0 for v0-v1, magic 1 for v2-v3), which copies
+them through Python: old clients pay for it.
 Authorization (with an authorizer): READ on each topic, else its partitions get TOPIC_AUTHORIZATION_FAILED
 (known or not; unknown topic ids stay UNKNOWN_TOPIC_ID), as Kafka checks consumer fetches.
 Quotas: with a consumer_byte_rate quota for the client (minibroker/security/quotas.py), max_bytes is
@@ -295,7 +297,7 @@ async def _long_poll(plan: FetchPlan, deadline: float, min_bytes: int, responses
     return _response(plan, responses, total)
 
 
-@handles(1, (0, 17))
+@handles(1, (0, 18))
 def handle_fetch(broker, header, request):
     plan = FetchPlan(broker, header, request)
     plan.build()

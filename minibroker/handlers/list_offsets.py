@@ -1,11 +1,13 @@
-"""ListOffsets: v0-v10.
+"""ListOffsets: v0-v11.
 
 Behaviour: -2 earliest = log start offset, -1 latest = log end offset, or with isolation_level
 READ_COMMITTED (1, v2+) the last stable offset (the first offset of the earliest open
 transaction, else the log end offset), -3 max timestamp (v7+) = the record with the largest
 timestamp, the first one if several share it (as Kafka since KAFKA-16310; not the last offset of
 its batch), -4 earliest local (v8+) = log start offset, -5 last tiered (v9+) = -1 (no tiered
-storage); any other timestamp finds the first offset whose timestamp is >= it through the time indexes, or -1.
+storage), -6 earliest pending upload (v11+, KIP-1023) = -1 (nothing is ever pending upload
+without tiered storage); any other timestamp finds the first offset whose timestamp is >= it
+through the time indexes, or -1.
 v0 answers with an array of offsets (one, for the one asked). Leader epoch 0 in answers (v4+).
 Authorization (with an authorizer): DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED, as Kafka.
 """
@@ -22,6 +24,7 @@ from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import denied
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+EARLIEST_PENDING_UPLOAD = -6
 
 
 def lookup(plog, timestamp: int, version: int, last_stable_offset=None) -> tuple[int, int]:
@@ -31,7 +34,7 @@ def lookup(plog, timestamp: int, version: int, last_stable_offset=None) -> tuple
         return -1, plog.log_end_offset if last_stable_offset is None else last_stable_offset()
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
-    if timestamp == LATEST_TIERED:
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return -1, -1
     if timestamp == MAX_TIMESTAMP:
         found = plog.max_timestamp_entry()
@@ -42,7 +45,7 @@ def lookup(plog, timestamp: int, version: int, last_stable_offset=None) -> tuple
     return (found[1], found[0]) if found is not None else (-1, -1)
 
 
-@handles(2, (0, 10))
+@handles(2, (0, 11))
 def handle_list_offsets(broker, header, request):
     version = header.api_version
     committed = version >= 2 and request.isolation_level == 1

@@ -1,4 +1,4 @@
-"""Metadata: v0-v12.
+"""Metadata: v0-v13.
 
 Behaviour: one broker (this node, at the advertised address of its first listener) that is the
 controller and the leader, sole replica and ISR of every partition at leader epoch 0. Null
@@ -17,6 +17,8 @@ describe is left out of an all-topics answer and answered TOPIC_AUTHORIZATION_FA
 or only the id when asked by id) when named, whether it exists or not; creating an unknown topic needs
 CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED. Authorized operations are the
 principal's (minibroker/handlers/authorized_operations.py); the cluster's are 0 without DESCRIBE on it.
+Version notes: v13 (KIP-1102) adds a top-level error code for a request failing as a whole, which
+clients answer by re-bootstrapping; one node never needs that, so it is always 0 (as Kafka sends it).
 Gaps: no racks.
 """
 
@@ -73,7 +75,7 @@ def _invalid_request(request) -> Struct:
     return Struct(throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1, topics=topics)
 
 
-@handles(3, (0, 12))
+@handles(3, (0, 13))
 def handle_metadata(broker, header, request):
     version = header.api_version
     topics = broker.logs.topics
@@ -153,4 +155,5 @@ def handle_metadata(broker, header, request):
         controller_id=broker.node_id,
         topics=out,
         cluster_authorized_operations=cluster_ops,
+        error_code=0,
     )

@@ -1,4 +1,4 @@
-"""TxnOffsetCommit: v0-v4.
+"""TxnOffsetCommit: v0-v5.
 
 Behaviour: offsets committed inside a transaction (consume-transform-produce). The transaction must
 be Ongoing with the group's ``__consumer_offsets`` partition in it (AddOffsetsToTxn first, else
@@ -14,7 +14,9 @@ Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION 3, metadata longer t
 partition (COORDINATOR_LOAD_IN_PROGRESS 14, INVALID_GROUP_ID 24).
 Version notes: v2 adds the committed leader epoch (v0-v1 get COORDINATOR_NOT_AVAILABLE 15 for
 COORDINATOR_LOAD_IN_PROGRESS, as Kafka answers pre-2.0 clients); v3 generation, member id and group
-instance id (KIP-447) and flexible; v4 adds TRANSACTION_ABORTABLE to the vocabulary (never sent).
+instance id (KIP-447) and flexible; v4 adds TRANSACTION_ABORTABLE to the vocabulary (never sent); v5
+(KIP-890 part 2) adds the group's ``__consumer_offsets`` partition to the transaction itself, as
+AddOffsetsToTxn would (so a v5 commit needs no AddOffsetsToTxn before it).
 Authorization (with an authorizer), as Kafka: WRITE on the transactional id (else every partition
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group (else GROUP_AUTHORIZATION_FAILED), READ on each
 topic (else TOPIC_AUTHORIZATION_FAILED).
@@ -26,6 +28,7 @@ from __future__ import annotations
 import time
 
 from minibroker.coordinator.group_records import OffsetCommitValue
+from minibroker.coordinator.offsets_store import OFFSETS_TOPIC
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.offset_commit import commit_response, known_partitions
 from minibroker.handlers.registry import handles
@@ -36,10 +39,14 @@ from minibroker.security.authorizer import authorize
 def _commit(broker, version: int, request, wanted) -> dict[tuple[str, int], ErrorCode]:
     if broker.transactions is None or broker.groups is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    offsets_partition = broker.groups.partition_for(request.group_id)
     try:
-        broker.transactions.ensure_offsets_partition_in_transaction(
-            request.transactional_id, request.producer_id, request.producer_epoch,
-            broker.groups.partition_for(request.group_id))
+        if version >= 5:
+            broker.transactions.add_partitions(request.transactional_id, request.producer_id,
+                                               request.producer_epoch, [(OFFSETS_TOPIC, offsets_partition)])
+        else:
+            broker.transactions.ensure_offsets_partition_in_transaction(
+                request.transactional_id, request.producer_id, request.producer_epoch, offsets_partition)
     except KafkaError as e:
         if e.code == ErrorCode.PRODUCER_FENCED:  # what a stale epoch's append gets: all versions know it
             raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, e.message) from e
@@ -52,7 +59,7 @@ def _commit(broker, version: int, request, wanted) -> dict[tuple[str, int], Erro
                                                       instance_id, wanted)
 
 
-@handles(28, (0, 4))
+@handles(28, (0, 5))
 def handle_txn_offset_commit(broker, header, request):
     version = header.api_version
     now = int(time.time() * 1000)

@@ -1,4 +1,4 @@
-"""WriteTxnMarkers: v0-v1.
+"""WriteTxnMarkers: v0-v2.
 
 Behaviour: for each marker (producer id, producer epoch, COMMIT or ABORT, coordinator epoch) a
 control batch is appended to each listed partition through ``ReplicaManager.write_txn_marker``,
@@ -15,7 +15,8 @@ NOT_LEADER_OR_FOLLOWER 6 for ``__consumer_offsets`` while the group coordinator 
 answers for its loading group coordinator), KAFKA_STORAGE_ERROR 56 and the log's other errors.
 Authorization (with an authorizer): ALTER or CLUSTER_ACTION on the cluster, else every partition
 CLUSTER_AUTHORIZATION_FAILED, as Kafka.
-Version notes: v1 is flexible; nothing else changes.
+Version notes: v1 is flexible; v2 (KIP-1228) tells the marker's transaction version, which changes
+nothing in how a marker is written (the control batch carries the producer epoch it is given).
 Gaps: no authorization (Kafka requires ALTER or CLUSTER_ACTION on the cluster and answers
 CLUSTER_AUTHORIZATION_FAILED 31 without it).
 """
@@ -49,7 +50,7 @@ def _write(broker, marker, topic: str, partition: int) -> ErrorCode:
     return ErrorCode.NONE
 
 
-@handles(27, (0, 1))
+@handles(27, (0, 2))
 def handle_write_txn_markers(broker, header, request):
     allowed = authorize(broker, header, AclOperation.ALTER, ResourceType.CLUSTER, log_denied=False) \
         or authorize(broker, header, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
