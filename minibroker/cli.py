@@ -138,10 +138,12 @@ def cmd_apis(args) -> int:
         print("| API | key | versions |")
         print("|---|---|---|")
         for h in rows:
-            print(f"| {h.name} | {h.api_key} | {h.min_version}-{h.max_version} |")
+            note = "" if h.advertised else " (answered, not advertised)"
+            print(f"| {h.name} | {h.api_key} | {h.min_version}-{h.max_version}{note} |")
     else:
         for h in rows:
-            print(f"{h.name:<28} {h.api_key:>3}  v{h.min_version}-v{h.max_version}")
+            note = "" if h.advertised else "  (answered, not advertised)"
+            print(f"{h.name:<28} {h.api_key:>3}  v{h.min_version}-v{h.max_version}{note}")
     return 0
 
 

@@ -21,6 +21,7 @@ class Handler(NamedTuple):
     max_version: int
     fn: Callable[..., Any]
     is_async: bool
+    advertised: bool = True  # False: answered when asked, but left out of ApiVersions (as Kafka does some)
 
     @property
     def name(self) -> str:
@@ -34,8 +35,10 @@ class CloseConnection(Exception):
     """Raised by a handler to drop the connection without an answer (acks=0 produce errors)."""
 
 
-def handles(api_key: int, versions: tuple[int, int]):
-    """Register ``fn`` as the handler of ``api_key`` for the inclusive version range ``versions``."""
+def handles(api_key: int, versions: tuple[int, int], *, advertised: bool = True):
+    """Register ``fn`` as the handler of ``api_key`` for the inclusive version range ``versions``.
+    ``advertised=False`` serves the API without listing it in ApiVersions (what Kafka does with the
+    telemetry APIs when no metrics plugin is configured)."""
     lo, hi = versions
     message = REQUESTS[api_key]
     if not (in_range(lo, message.valid) and in_range(hi, message.valid)):
@@ -48,7 +51,7 @@ def handles(api_key: int, versions: tuple[int, int]):
             raise RuntimeError(f"{message.name} carries records: its handler must be synchronous")
         if api_key in HANDLERS:
             raise RuntimeError(f"API key {api_key} ({API_NAMES[api_key]}) registered twice")
-        HANDLERS[api_key] = Handler(api_key, lo, hi, fn, inspect.iscoroutinefunction(fn))
+        HANDLERS[api_key] = Handler(api_key, lo, hi, fn, inspect.iscoroutinefunction(fn), advertised)
         return fn
 
     return register
@@ -59,7 +62,9 @@ def _carries_records(fields) -> bool:
 
 
 def served_versions() -> list[tuple[int, int, int]]:
-    """(api_key, min, max) for every served API, sorted by key: what ApiVersions lists."""
+    """(api_key, min, max) for every advertised API, sorted by key: what ApiVersions lists."""
     return [
-        (h.api_key, h.min_version, h.max_version) for h in sorted(HANDLERS.values(), key=lambda h: h.api_key)
+        (h.api_key, h.min_version, h.max_version)
+        for h in sorted(HANDLERS.values(), key=lambda h: h.api_key)
+        if h.advertised
     ]

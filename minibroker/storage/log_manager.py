@@ -344,6 +344,22 @@ class LogManager:
     def logs(self) -> Iterator[PartitionLog]:
         return iter(list(self._logs.values()))
 
+    def log_dir_of(self, topic: str, partition: int) -> str | None:
+        """The log dir holding the partition, None when it is not here."""
+        return self._dir_of.get((topic, partition))
+
+    def move_partition(self, topic: str, partition: int, destination: str) -> None:
+        """Place the partition in log dir ``destination`` (one of ``log_dirs``, online): nothing to do
+        when it is there already. REPLICA_NOT_AVAILABLE for a partition not here, as Kafka answers.
+        Moving between dirs (Kafka's future replica and swap) is not served: KAFKA_STORAGE_ERROR. The
+        broker runs one log dir, so AlterReplicaLogDirs never asks for such a move (docs/admin.md)."""
+        current = self._dir_of.get((topic, partition))
+        if current is None:
+            raise KafkaError(ErrorCode.REPLICA_NOT_AVAILABLE, f"{topic}-{partition} is not here")
+        if current != destination:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"moving {topic}-{partition} from {current} to {destination} is not served")
+
     def default_topic_config(self) -> dict[str, Any]:
         return effective_topic_config(self.config)
 
