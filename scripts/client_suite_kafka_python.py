@@ -55,11 +55,11 @@ SDIST_SHA256 = "4ccda3616b9aa5c353d74a97f2770d6cd1b950890d77ab0e8890e09a48eeed65
 EXPECTATIONS = os.path.join(ROOT, "tests", "client_suites", f"kafka-python-{KAFKA_PYTHON_VERSION}.expected")
 
 # The Kafka version the suite is told it talks to. kafka-python infers a broker's version from its
-# ApiVersions answer; for minibroker's (ListOffsets up to v10, Produce up to v11, Fetch up to v17)
-# it infers 4.0 (ListOffsets v10 is 4.0's marker; 4.1 would need Produce v13), and the suite's
-# test_kafka_version_infer checks that the inference equals KAFKA_VERSION. The suite also uses it
-# to pick code paths (4.0: KRaft, no ZooKeeper) and to skip tests of APIs a version lacks.
-KAFKA_VERSION = "4.0"
+# ApiVersions answer; for minibroker's (DescribeLogDirs up to v5, ListOffsets up to v11, Produce up
+# to v13, as Kafka 4.3 serves them) it infers 4.3 (DescribeLogDirs v5 is 4.3's marker), and the
+# suite's test_kafka_version_infer checks that the inference equals KAFKA_VERSION. The suite also
+# uses it to pick code paths (4.x: KRaft, no ZooKeeper) and to skip tests of APIs a version lacks.
+KAFKA_VERSION = "4.3"
 
 # Settings of the broker the suite would start itself: its template
 # servers/resources/default/kafka.properties in the kafka-python repository (not in the sdist),

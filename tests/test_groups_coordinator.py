@@ -308,10 +308,11 @@ async def test_list_and_describe():
     c.commit_offsets("simple", -1, "", None, {("t", 0): OffsetCommitValue(1)})
     r = await (await join_new(c))
     await c.sync_group("g", 1, r.member_id, None, None, None, [(r.member_id, b"A")])
-    assert sorted(c.list_groups()) == [("g", "consumer", "Stable"), ("simple", "", "Empty")]
-    assert c.list_groups(["stable"]) == [("g", "consumer", "Stable")]
-    assert c.list_groups(["Empty"], ["classic"]) == [("simple", "", "Empty")]
-    assert c.list_groups(None, ["consumer"]) == []
+    assert sorted(c.list_groups()) == [("g", "consumer", "Stable", "classic"),
+                                       ("simple", "", "Empty", "classic")]
+    assert c.list_groups(["stable"]) == [("g", "consumer", "Stable", "classic")]
+    assert c.list_groups(["Empty"], ["classic"]) == [("simple", "", "Empty", "classic")]
+    assert c.list_groups(None, ["consumer"]) == []  # "g" is a classic group speaking the consumer protocol
     d = c.describe_group("g")
     assert (d.state, d.protocol_type, d.protocol) == ("Stable", "consumer", "range")
     assert d.members == [(r.member_id, None, "client", "/127.0.0.1", SUB, b"A")]

@@ -67,7 +67,7 @@ def test_group_metadata_key_v2_bytes():
 
 
 def test_unknown_key_versions_are_ignored():
-    assert decode_key(b"\x00\x03" + s16("x")) is None
+    assert decode_key(b"\x00\x09" + s16("x")) is None  # 3-8 are consumer (KIP-848) group records
 
 
 def test_offset_commit_value_v3_bytes():

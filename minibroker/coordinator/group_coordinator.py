@@ -27,7 +27,10 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from minibroker.coordinator.classic_group import ClassicGroup, GroupState, Member, now_ms
+from minibroker.coordinator.consumer_group import ConsumerGroup
+from minibroker.coordinator.consumer_group_coordinator import ConsumerGroupCoordinator
 from minibroker.coordinator.group_records import (
+    ConsumerGroupKey,
     GroupMetadataKey,
     GroupMetadataValue,
     MemberRecord,
@@ -129,6 +132,8 @@ class GroupCoordinator:
         self._pending_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._retention_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        # consumer (KIP-848) groups: the same id space, kept apart from the classic ones
+        self.consumer = ConsumerGroupCoordinator(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -147,6 +152,7 @@ class GroupCoordinator:
             handle.cancel()
         if self._retention_timer is not None:
             self._retention_timer.cancel()
+        self.consumer.close()
         for group in self.groups.values():
             for m in group.members.values():
                 if m.heartbeat_timer is not None:
@@ -165,6 +171,7 @@ class GroupCoordinator:
         metadata: dict[str, GroupMetadataValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
         open_txns: dict[str, dict[int, dict[tuple[str, int], OffsetCommitValue]]] = {}
+        consumer: dict[str, dict[tuple[int, str], bytes]] = {}  # consumer group -> its records
         count = 0
         # Plain records are decoded only once per key: the last value of each raw key, in the order of
         # those last writes (re-inserted on each write), is what applying every record in turn leaves.
@@ -172,7 +179,7 @@ class GroupCoordinator:
 
         def apply_latest() -> None:
             for key_bytes, value_bytes in latest.items():
-                self._apply_record(key_bytes, value_bytes, metadata, offsets)
+                self._apply_record(key_bytes, value_bytes, metadata, offsets, consumer)
             latest.clear()
 
         try:
@@ -201,17 +208,25 @@ class GroupCoordinator:
                     for group_id, txn_offsets in by_group.items():
                         open_txns.setdefault(group_id, {})[producer_id] = txn_offsets
                 await asyncio.sleep(0)
+            for group_id, records in consumer.items():
+                if group_id not in metadata or metadata[group_id] is None:
+                    try:
+                        self.consumer.load(group_id, records, offsets.get(group_id, {}))
+                    except Exception as e:  # one unreadable group must not stop the others loading
+                        log.warning("skipping unreadable consumer group %s: %s", group_id, e)
             for group_id in set(metadata) | set(offsets):
-                self._load_group(group_id, metadata.get(group_id), offsets.get(group_id, {}))
+                if group_id not in self.consumer.groups:
+                    self._load_group(group_id, metadata.get(group_id), offsets.get(group_id, {}))
             self.pending_txn_offsets = open_txns
-            log.info("loaded %d groups from %d records of __consumer_offsets", len(self.groups), count)
+            log.info("loaded %d groups from %d records of __consumer_offsets",
+                     len(self.groups) + len(self.consumer.groups), count)
         except Exception:
             log.exception("loading __consumer_offsets failed")
         finally:
             self.loading = False
 
     @staticmethod
-    def _apply_record(key_bytes, value_bytes, metadata, offsets) -> None:
+    def _apply_record(key_bytes, value_bytes, metadata, offsets, consumer=None) -> None:
         try:
             key = decode_key(key_bytes)
             if isinstance(key, OffsetCommitKey):
@@ -223,6 +238,12 @@ class GroupCoordinator:
             elif isinstance(key, GroupMetadataKey):
                 value = None if value_bytes is None else decode_group_metadata_value(value_bytes)
                 metadata[key.group] = value
+            elif isinstance(key, ConsumerGroupKey) and consumer is not None:
+                records = consumer.setdefault(key.group, {})
+                if value_bytes is None:
+                    records.pop((key.record_type, key.member), None)
+                else:
+                    records[(key.record_type, key.member)] = value_bytes
         except (RecordError, UnicodeDecodeError) as e:
             log.warning("skipping unreadable __consumer_offsets record: %s", e)
 
@@ -292,6 +313,16 @@ class GroupCoordinator:
                 and _storable((new_member_prefix or "") + "-" + "0" * 36)):  # prefix-uuid
             return JoinResult(E.INVALID_REQUEST, member_id)
         unknown = member_id == ""
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                # classic members joining a consumer group (online migration) are not supported
+                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            try:  # an Empty consumer group becomes a classic group, keeping its offsets
+                self.consumer.delete(consumer_group, keep_offsets=True)
+            except KafkaError as e:
+                return JoinResult(e.code, member_id)
+            self._add_group(group_id).offsets = consumer_group.offsets
         group = self.groups.get(group_id)
         if group is None:
             if not unknown:
@@ -636,7 +667,7 @@ class GroupCoordinator:
         except KafkaError as e:
             return SyncResult(e.code)
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None:  # also a consumer group: its members do not use the classic protocol
             return SyncResult(E.UNKNOWN_MEMBER_ID)
         if group.is_(GroupState.DEAD):
             return SyncResult(E.COORDINATOR_NOT_AVAILABLE)
@@ -711,7 +742,7 @@ class GroupCoordinator:
         except KafkaError as e:
             return e.code, []
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None:  # also a consumer group: its members leave with ConsumerGroupHeartbeat
             return E.NONE, [(mid, iid, E.UNKNOWN_MEMBER_ID) for mid, iid in leaving]
         if group.is_(GroupState.DEAD):
             return E.COORDINATOR_NOT_AVAILABLE, []
@@ -739,9 +770,15 @@ class GroupCoordinator:
     # -- offsets --------------------------------------------------------------------------------
 
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
-                       offsets: dict[tuple[str, int], OffsetCommitValue]) -> dict[tuple[str, int], ErrorCode]:
-        """Store offsets; per-partition errors. Raises KafkaError for errors of the whole request."""
+                       offsets: dict[tuple[str, int], OffsetCommitValue], api_version: int = 9
+                       ) -> dict[tuple[str, int], ErrorCode]:
+        """Store offsets; per-partition errors. Raises KafkaError for errors of the whole request.
+        ``generation_id`` is the member epoch for a consumer group (OffsetCommit v9+)."""
         self._check_group_id(group_id, allow_empty=True)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            self.consumer.validate_offset_commit(consumer_group, member_id, generation_id, api_version)
+            return self._store_offsets(consumer_group, offsets)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -763,6 +800,11 @@ class GroupCoordinator:
             if group.is_(GroupState.COMPLETING_REBALANCE):
                 raise KafkaError(E.REBALANCE_IN_PROGRESS)
             self._schedule_heartbeat(group, member)
+        return self._store_offsets(group, offsets)
+
+    def _store_offsets(self, group: ClassicGroup | ConsumerGroup,
+                       offsets: dict[tuple[str, int], OffsetCommitValue]) -> dict[tuple[str, int], ErrorCode]:
+        group_id = group.group_id
         errors: dict[tuple[str, int], ErrorCode] = {}
         entries = []
         accepted = {}
@@ -778,7 +820,8 @@ class GroupCoordinator:
         except KafkaError as e:
             for tp in accepted:
                 errors[tp] = e.code
-            if not group.members and not group.offsets and group.protocol_type is None:
+            if (isinstance(group, ClassicGroup) and not group.members and not group.offsets
+                    and group.protocol_type is None):
                 self.groups.pop(group_id, None)
             return errors
         group.offsets.update(accepted)
@@ -786,12 +829,19 @@ class GroupCoordinator:
             errors[tp] = E.NONE
         return errors
 
-    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None, *,
+                      member_id: str | None = None, member_epoch: int = -1
                       ) -> dict[tuple[str, int], OffsetCommitValue | None]:
-        """Committed offsets (None where nothing is committed); all of them when ``partitions`` is None."""
+        """Committed offsets (None where nothing is committed); all of them when ``partitions`` is None.
+        A consumer group checks ``member_id`` and ``member_epoch`` (OffsetFetch v9+) as Kafka does."""
         self._check_group_id(group_id, allow_empty=True)
-        group = self.groups.get(group_id)
-        stored = group.offsets if group is not None and not group.is_(GroupState.DEAD) else {}
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            self.consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
+            stored = consumer_group.offsets
+        else:
+            group = self.groups.get(group_id)
+            stored = group.offsets if group is not None and not group.is_(GroupState.DEAD) else {}
         if partitions is None:
             return dict(sorted(stored.items()))
         return {tp: stored.get(tp) for tp in partitions}
@@ -805,8 +855,16 @@ class GroupCoordinator:
         """TxnOffsetCommit: write the offsets in the producer's transaction and keep them pending until its
         marker. Per-partition errors; raises KafkaError for errors of the whole request. The member
         checks are KIP-447's: a member id, when given, must be in the group; a generation, when given
-        (>= 0), must be the group's."""
+        (>= 0), must be the group's (a consumer group's member epoch)."""
         self._check_group_id(group_id, allow_empty=True)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            member = consumer_group.members.get(member_id) if member_id else None
+            if member_id and member is None:
+                raise KafkaError(E.UNKNOWN_MEMBER_ID)
+            if member is not None and generation_id >= 0 and generation_id != member.member_epoch:
+                raise KafkaError(E.STALE_MEMBER_EPOCH)
+            return self._store_transactional_offsets(group_id, producer_id, producer_epoch, offsets)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -820,6 +878,11 @@ class GroupCoordinator:
             raise KafkaError(E.UNKNOWN_MEMBER_ID)
         if generation_id >= 0 and generation_id != group.generation_id:
             raise KafkaError(E.ILLEGAL_GENERATION)
+        return self._store_transactional_offsets(group_id, producer_id, producer_epoch, offsets)
+
+    def _store_transactional_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                     offsets: dict[tuple[str, int], OffsetCommitValue]
+                                     ) -> dict[tuple[str, int], ErrorCode]:
         errors: dict[tuple[str, int], ErrorCode] = {}
         accepted = {}
         for tp, value in offsets.items():
@@ -850,6 +913,10 @@ class GroupCoordinator:
                 del self.pending_txn_offsets[group_id]
             if not commit:
                 continue
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:
+                consumer_group.offsets.update(txn_offsets)
+                continue
             group = self.groups.get(group_id)
             if group is None or group.is_(GroupState.DEAD):
                 group = self._add_group(group_id)
@@ -864,6 +931,9 @@ class GroupCoordinator:
                        ) -> dict[tuple[str, int], ErrorCode]:
         """OffsetDelete; raises KafkaError for group-level errors."""
         self._check_group_id(group_id)
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self._delete_consumer_offsets(consumer_group, partitions)
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             raise KafkaError(E.GROUP_ID_NOT_FOUND)
@@ -883,6 +953,25 @@ class GroupCoordinator:
             group.offsets.pop(tp, None)
         return errors
 
+    def _delete_consumer_offsets(self, group: ConsumerGroup, partitions: list[tuple[str, int]]
+                                 ) -> dict[tuple[str, int], ErrorCode]:
+        """OffsetDelete on a consumer group: offsets of topics it subscribes to are kept."""
+        subscribed = self.consumer.subscribed_topics(group)
+        errors = {}
+        doomed = []
+        for tp in partitions:
+            if tp[0] in subscribed:
+                errors[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                errors[tp] = E.NONE
+                if tp in group.offsets:
+                    doomed.append(tp)
+        self.store.append(group.group_id, [(encode_offset_commit_key(group.group_id, t, p), None)
+                                           for t, p in doomed])
+        for tp in doomed:
+            group.offsets.pop(tp, None)
+        return errors
+
     # -- groups ---------------------------------------------------------------------------------
 
     def delete_groups(self, group_ids: list[str]) -> list[tuple[str, ErrorCode]]:
@@ -892,6 +981,18 @@ class GroupCoordinator:
                 self._check_group_id(group_id, allow_empty=True)
             except KafkaError as e:
                 out.append((group_id, e.code))
+                continue
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:
+                if consumer_group.members:
+                    out.append((group_id, E.NON_EMPTY_GROUP))
+                    continue
+                try:
+                    self.consumer.delete(consumer_group)
+                except KafkaError as e:
+                    out.append((group_id, e.code))
+                    continue
+                out.append((group_id, E.NONE))
                 continue
             group = self.groups.get(group_id)
             if group is None or group.is_(GroupState.DEAD):
@@ -920,15 +1021,22 @@ class GroupCoordinator:
 
     def list_groups(self, states: list[str] | None = None, types: list[str] | None = None
                     ) -> list[tuple[str, str, str]]:
-        """(group id, protocol type, state) of every group, filtered by state and type (case-insensitive)."""
+        """(group id, protocol type, state, group type) of every group, filtered by state and type
+        (case-insensitive)."""
         if self.loading:
             raise KafkaError(E.COORDINATOR_LOAD_IN_PROGRESS)
-        wanted_states = {s.lower() for s in states or ()}
-        wanted_types = {t.lower() for t in types or ()}
-        if wanted_types and "classic" not in wanted_types:
-            return []
-        return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()
-                if not wanted_states or g.state.value.lower() in wanted_states]
+        wanted_states = {s.lower().strip() for s in states or ()}
+        wanted_types = {t.lower().strip() for t in types or ()}
+        out = []
+        if not wanted_types or "classic" in wanted_types:
+            out += [(g.group_id, g.protocol_type or "", g.state.value, "classic")
+                    for g in self.groups.values()
+                    if not wanted_states or g.state.value.lower() in wanted_states]
+        if not wanted_types or "consumer" in wanted_types:
+            out += [(g.group_id, CONSUMER_PROTOCOL_TYPE, g.state, "consumer")
+                    for g in self.consumer.groups.values()
+                    if not wanted_states or g.state.lower() in wanted_states]
+        return out
 
     def describe_group(self, group_id: str) -> GroupSummary:
         try:
@@ -936,7 +1044,7 @@ class GroupCoordinator:
         except KafkaError as e:
             return GroupSummary(e.code, group_id, "", "", "", [])
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None:  # unknown, or a consumer group (is_classic_group tells them apart)
             return GroupSummary(E.NONE, group_id, GroupState.DEAD.value, "", "", [])
         stable = group.is_(GroupState.STABLE)
         members = [(m.member_id, m.group_instance_id, m.client_id, m.client_host,
@@ -977,7 +1085,7 @@ class GroupCoordinator:
             return 0
         now = now_ms() if now is None else now
         retention = self.offsets_retention_ms
-        removed = 0
+        removed = self._expire_consumer_offsets(now, retention)
         for group in list(self.groups.values()):
             def expired(base_of, keep_topics=frozenset(), group=group):
                 return self._expired(group, now, retention, base_of, keep_topics)
@@ -1013,8 +1121,33 @@ class GroupCoordinator:
             log.info("removed %d expired offsets", removed)
         return removed
 
+    def _expire_consumer_offsets(self, now: int, retention: int) -> int:
+        """Offsets of topics a consumer group no longer subscribes to expire a retention period after
+        their commit; an Empty consumer group left without offsets is deleted."""
+        removed = 0
+        for group in list(self.consumer.groups.values()):
+            keep = frozenset(self.consumer.subscribed_topics(group))
+            doomed = self._expired(group, now, retention, lambda v: v.commit_timestamp, keep)
+            unstable = self.unstable_partitions(group.group_id)
+            doomed = [tp for tp in doomed if tp not in unstable]
+            if doomed:
+                try:
+                    self.store.append(group.group_id, [(encode_offset_commit_key(group.group_id, t, p), None)
+                                                       for t, p in doomed])
+                except KafkaError:
+                    continue
+                for tp in doomed:
+                    group.offsets.pop(tp, None)
+                removed += len(doomed)
+            if not group.members and not group.offsets:
+                try:
+                    self.consumer.delete(group)
+                except KafkaError:
+                    continue
+        return removed
+
     @staticmethod
-    def _expired(group: ClassicGroup, now: int, retention: int, base_of,
+    def _expired(group: ClassicGroup | ConsumerGroup, now: int, retention: int, base_of,
                  keep_topics) -> list[tuple[str, int]]:
         out = []
         for tp, v in group.offsets.items():

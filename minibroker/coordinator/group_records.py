@@ -16,6 +16,22 @@ Values (a null value is a tombstone: the group or the offset was deleted):
   ``rebalanceTimeout`` int32 (v1+), ``sessionTimeout`` int32, ``subscription`` and ``assignment``
   int32-length bytes (Kafka writes v3).
 
+Consumer (KIP-848) groups add key versions 3-8, each naming a record type whose value is flexible v0
+(compact lengths, tagged fields; our own declarations of Kafka's group-coordinator JSON schemas):
+
+- 3 ConsumerGroupMetadata ``group``: value ``epoch`` int32 (the group epoch);
+- 4 ConsumerGroupPartitionMetadata ``group``: value ``topics[topicId uuid, topicName, numPartitions int32,
+  partitionMetadata[partition int32, racks[string]]]``;
+- 5 ConsumerGroupMemberMetadata ``group, member``: value ``instanceId?, rackId?, clientId, clientHost,
+  subscribedTopicNames[string], subscribedTopicRegex?, rebalanceTimeoutMs int32, serverAssignor?``
+  (tag 0, the classic member metadata of a migrated member, is skipped);
+- 6 ConsumerGroupTargetAssignmentMetadata ``group``: value ``assignmentEpoch`` int32;
+- 7 ConsumerGroupTargetAssignmentMember ``group, member``: value
+  ``topicPartitions[topicId, partitions[int32]]``;
+- 8 ConsumerGroupCurrentMemberAssignment ``group, member``: value ``memberEpoch int32,
+  previousMemberEpoch int32, state int8, assignedPartitions[topicId, partitions[int32]],
+  partitionsPendingRevocation[...]``.
+
 Strings are int16 length + UTF-8 (-1 for null), as in the non-flexible protocol. Version 4 values
 (flexible, KIP-915) are read too: compact lengths and trailing tagged fields, which are skipped.
 A null where the schema allows none (a group, topic, member or client id) reads as an empty string.
@@ -37,8 +53,10 @@ from minibroker.coordinator.record_codec import (
     I64,
     RecordError,
     RecordReader,
+    write_array_len,
     write_bytes,
     write_string,
+    write_tagged_fields,
 )
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -172,7 +190,7 @@ def encode_group_metadata_value(value: GroupMetadataValue,
 # -- reading ------------------------------------------------------------------------------------
 
 
-def decode_key(buf) -> OffsetCommitKey | GroupMetadataKey | None:
+def decode_key(buf) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | None:
     """The key of a ``__consumer_offsets`` record; None for record types this coordinator ignores."""
     r = RecordReader(buf)
     version = r.i16()
@@ -181,7 +199,12 @@ def decode_key(buf) -> OffsetCommitKey | GroupMetadataKey | None:
         return OffsetCommitKey(group or "", topic or "", partition)
     if version == 2:
         return GroupMetadataKey(r.nullable_string("group") or "")
-    return None  # v3+: records of the new consumer protocol (KIP-848) or share groups
+    if version in (3, 4, 6):
+        return ConsumerGroupKey(version, r.nullable_string("group") or "")
+    if version in (5, 7, 8):
+        group = r.nullable_string("group") or ""
+        return ConsumerGroupKey(version, group, r.nullable_string("member") or "")
+    return None  # v9+: records of share or streams groups
 
 
 def decode_offset_commit_value(buf) -> OffsetCommitValue:
@@ -227,3 +250,186 @@ def decode_group_metadata_value(buf) -> GroupMetadataValue:
                                     session_timeout, subscription, assignment))
     r.skip_tagged_fields()
     return GroupMetadataValue(protocol_type, generation, protocol, leader, state_ts, members)
+
+
+# -- consumer (KIP-848) group records -------------------------------------------------------------
+
+CONSUMER_GROUP_METADATA = 3
+CONSUMER_GROUP_PARTITION_METADATA = 4
+CONSUMER_GROUP_MEMBER_METADATA = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+_PER_MEMBER = (CONSUMER_GROUP_MEMBER_METADATA, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+               CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT)
+
+
+class ConsumerGroupKey(NamedTuple):
+    """A key of a consumer group record: ``record_type`` is its version (3-8); ``member`` is "" for the
+    group-wide records (3, 4, 6)."""
+
+    record_type: int
+    group: str
+    member: str = ""
+
+
+class MemberMetadataValue(NamedTuple):
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: Sequence[str]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+class CurrentAssignmentValue(NamedTuple):
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: dict[bytes, set[int]]
+    pending_revocation: dict[bytes, set[int]]
+
+
+def encode_consumer_group_key(record_type: int, group: str, member: str = "") -> bytes:
+    out = bytearray(I16.pack(record_type))
+    write_string(out, group)
+    if record_type in _PER_MEMBER:
+        write_string(out, member)
+    return bytes(out)
+
+
+def _value_header() -> bytearray:
+    return bytearray(I16.pack(0))
+
+
+def encode_epoch_value(epoch: int) -> bytes:
+    """ConsumerGroupMetadataValue (group epoch) and ConsumerGroupTargetAssignmentMetadataValue."""
+    out = _value_header()
+    out += I32.pack(epoch)
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
+def _write_topic_partitions(out: bytearray, assignment: dict[bytes, set[int]]) -> None:
+    items = sorted((t, ps) for t, ps in assignment.items() if ps)
+    write_array_len(out, len(items), True)
+    for topic_id, partitions in items:
+        out += topic_id
+        write_array_len(out, len(partitions), True)
+        for p in sorted(partitions):
+            out += I32.pack(p)
+        write_tagged_fields(out, ())
+
+
+def _read_topic_partitions(r: RecordReader) -> dict[bytes, set[int]]:
+    out: dict[bytes, set[int]] = {}
+    for _ in range(r.nullable_array_len() or 0):
+        topic_id = r.raw(16)
+        out.setdefault(topic_id, set()).update(r.i32() for _ in range(r.nullable_array_len() or 0))
+        r.skip_tagged_fields()
+    return out
+
+
+def encode_partition_metadata_value(topics: dict[str, tuple[bytes, int]]) -> bytes:
+    """ConsumerGroupPartitionMetadataValue from {topic name: (topic id, partitions)}; no racks."""
+    out = _value_header()
+    write_array_len(out, len(topics), True)
+    for name in sorted(topics):
+        topic_id, count = topics[name]
+        out += topic_id
+        write_string(out, name, True)
+        out += I32.pack(count)
+        write_array_len(out, 0, True)
+        write_tagged_fields(out, ())
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
+def encode_member_metadata_value(v: MemberMetadataValue) -> bytes:
+    out = _value_header()
+    write_string(out, v.instance_id, True)
+    write_string(out, v.rack_id, True)
+    write_string(out, v.client_id, True)
+    write_string(out, v.client_host, True)
+    write_array_len(out, len(v.subscribed_topic_names), True)
+    for name in v.subscribed_topic_names:
+        write_string(out, name, True)
+    write_string(out, v.subscribed_topic_regex, True)
+    out += I32.pack(v.rebalance_timeout_ms)
+    write_string(out, v.server_assignor, True)
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
+def encode_target_assignment_value(assignment: dict[bytes, set[int]]) -> bytes:
+    out = _value_header()
+    _write_topic_partitions(out, assignment)
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
+def encode_current_assignment_value(v: CurrentAssignmentValue) -> bytes:
+    out = _value_header()
+    out += I32.pack(v.member_epoch)
+    out += I32.pack(v.previous_member_epoch)
+    out += bytes([v.state & 0xFF])
+    _write_topic_partitions(out, v.assigned)
+    _write_topic_partitions(out, v.pending_revocation)
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
+def _flexible_value(buf) -> RecordReader:
+    r = RecordReader(buf, flexible=True)
+    version = r.i16()
+    if version != 0:
+        raise RecordError(f"unknown consumer group value version {version}")
+    return r
+
+
+def decode_epoch_value(buf) -> int:
+    return _flexible_value(buf).i32()
+
+
+def decode_partition_metadata_value(buf) -> dict[str, tuple[bytes, int]]:
+    r = _flexible_value(buf)
+    topics = {}
+    for _ in range(r.nullable_array_len() or 0):
+        topic_id = r.raw(16)
+        name = r.string("topicName")
+        count = r.i32()
+        for _ in range(r.nullable_array_len() or 0):
+            r.i32()
+            for _ in range(r.nullable_array_len() or 0):
+                r.nullable_string("rack")
+            r.skip_tagged_fields()
+        r.skip_tagged_fields()
+        topics[name] = (topic_id, count)
+    return topics
+
+
+def decode_member_metadata_value(buf) -> MemberMetadataValue:
+    r = _flexible_value(buf)
+    instance_id = r.nullable_string("instanceId")
+    rack_id = r.nullable_string("rackId")
+    client_id = r.nullable_string("clientId") or ""
+    client_host = r.nullable_string("clientHost") or ""
+    names = [r.string("subscribedTopicName") for _ in range(r.nullable_array_len() or 0)]
+    regex = r.nullable_string("subscribedTopicRegex")
+    rebalance_timeout = r.i32()
+    assignor = r.nullable_string("serverAssignor")
+    return MemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout,
+                               assignor)
+
+
+def decode_target_assignment_value(buf) -> dict[bytes, set[int]]:
+    return _read_topic_partitions(_flexible_value(buf))
+
+
+def decode_current_assignment_value(buf) -> CurrentAssignmentValue:
+    r = _flexible_value(buf)
+    epoch, previous, state = r.i32(), r.i32(), r.i8()
+    assigned = _read_topic_partitions(r)
+    return CurrentAssignmentValue(epoch, previous, state, assigned, _read_topic_partitions(r))

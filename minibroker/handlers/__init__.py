@@ -33,6 +33,8 @@ HANDLER_MODULES = (
     "delete_groups",
     "list_groups",
     "describe_groups",
+    "consumer_group_heartbeat",
+    "consumer_group_describe",
     "add_partitions_to_txn",
     "add_offsets_to_txn",
     "end_txn",
@@ -49,6 +51,14 @@ HANDLER_MODULES = (
     "sasl_authenticate",
     "describe_user_scram_credentials",
     "alter_user_scram_credentials",
+    "describe_topic_partitions",
+    "elect_leaders",
+    "alter_replica_log_dirs",
+    "describe_quorum",
+    "partition_reassignments",
+    "update_features",
+    "list_config_resources",
+    "client_telemetry",
 )
 
 

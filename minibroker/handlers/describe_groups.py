@@ -1,14 +1,16 @@
-"""DescribeGroups: v0-v5.
+"""DescribeGroups: v0-v6.
 
 Behaviour: state, protocol type, and members of each group. In Stable the selected protocol and each
 member's metadata and assignment are included; in other states the protocol is "" and member
 metadata and assignments are empty, as Kafka does. An unknown group is reported as state "Dead"
-with no error (Kafka's answer before v6).
+with no error before v6; v6+ (KIP-1043) answers it GROUP_ID_NOT_FOUND 69 with an error message.
 Authorization (with an authorizer): DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED for it, as Kafka.
 Version notes: v3 authorized operations: when asked, the operations the principal may do on the group of
 those Kafka supports (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS; all of them without an
 authorizer), for each group described without error; -2147483648 otherwise. v4 group.instance.id of
 members; v5 flexible.
+A consumer (KIP-848) group is answered as Kafka does: state "Dead" and no members (v6+:
+GROUP_ID_NOT_FOUND, "Group <id> is not a classic group."); ConsumerGroupDescribe describes it.
 Gaps: client_host as for JoinGroup.
 """
 
@@ -21,8 +23,10 @@ from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize
 
+DEAD = "Dead"  # the state the coordinator reports for a group it does not know
 
-@handles(15, (0, 5))
+
+@handles(15, (0, 6))
 def handle_describe_groups(broker, header, request):
     asked = header.api_version >= 3 and request.include_authorized_operations
     out = []
@@ -33,6 +37,14 @@ def handle_describe_groups(broker, header, request):
                               authorized_operations=NOT_ASKED, members=[]))
             continue
         s = broker.groups.describe_group(group_id)
+        if header.api_version >= 6 and s.error == ErrorCode.NONE and s.state == DEAD:
+            out.append(Struct(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                              error_message=(f"Group {group_id} is not a classic group."
+                                             if group_id in broker.groups.consumer.groups
+                                             else f"Group {group_id} not found."), group_id=group_id,
+                              group_state=DEAD, protocol_type="", protocol_data="",
+                              authorized_operations=NOT_ASKED, members=[]))
+            continue
         ops = group_operations(broker, header, group_id) if asked and s.error == ErrorCode.NONE else NOT_ASKED
         out.append(Struct(
             error_code=int(s.error), group_id=s.group_id, group_state=s.state, protocol_type=s.protocol_type,

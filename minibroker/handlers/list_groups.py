@@ -4,9 +4,10 @@ Behaviour: every group the coordinator knows, including Empty ones that only hol
 (protocol type "" for groups that never had members).
 Authorization (with an authorizer), as Kafka: DESCRIBE on the cluster lists every group; otherwise only
 the groups the principal may DESCRIBE are listed.
-Version notes: v4 adds the state of each group and a state filter; v5 the group type ("classic")
-and a type filter. Filters compare case-insensitively; empty filters keep everything.
-Gaps: no consumer (KIP-848) or share groups, so a type filter without "classic" lists nothing.
+Version notes: v4 adds the state of each group and a state filter; v5 the group type ("classic", or
+"consumer" for KIP-848 groups, whose protocol type is "consumer") and a type filter. Filters compare
+case-insensitively; empty filters keep everything.
+Gaps: no share groups.
 """
 
 from __future__ import annotations
@@ -30,5 +31,5 @@ def handle_list_groups(broker, header, request):
                         log_denied=False)
         groups = [g for g in groups if g[0] not in hidden]
     return Struct(throttle_time_ms=0, error_code=0, groups=[
-        Struct(group_id=gid, protocol_type=ptype, group_state=state, group_type="classic")
-        for gid, ptype, state in groups])
+        Struct(group_id=gid, protocol_type=ptype, group_state=state, group_type=group_type)
+        for gid, ptype, state, group_type in groups])

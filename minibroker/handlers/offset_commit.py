@@ -1,4 +1,4 @@
-"""OffsetCommit: v0-v9.
+"""OffsetCommit: v0-v10.
 
 Behaviour: commits are records in ``__consumer_offsets`` (offset commit key v1 / value v3, or value v1
 when a v2-v4 request gives a retention time) written before the answer. Members of a group commit
@@ -13,7 +13,11 @@ then READ on each topic (else its partitions TOPIC_AUTHORIZATION_FAILED), as Kaf
 Version notes: v0 has no generation or member (simple commit); v1 carries a per-partition commit
 timestamp (-1: now); v2-v4 a retention time (-1: the broker's; now + retention past int64 expires
 at the int64 maximum); v6 the committed leader epoch; v7
-group.instance.id; v8+ flexible; v9 (KIP-848 member epochs) is served as the classic protocol.
+group.instance.id; v8+ flexible; v9 the member epoch: a commit into a consumer (KIP-848) group
+with members must come from a member (UNKNOWN_MEMBER_ID 25) at its current epoch
+(STALE_MEMBER_EPOCH 113) with v9+ (UNSUPPORTED_VERSION 35 below); for classic groups the field is
+the generation; v10 names topics by id (KIP-848): an id no topic has gets UNKNOWN_TOPIC_ID 100 on
+each of its partitions.
 Gaps: no transactional offsets (TxnOffsetCommit).
 """
 
@@ -25,6 +29,7 @@ from minibroker.coordinator.group_records import OffsetCommitValue
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
+from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize, denied
 
@@ -56,15 +61,43 @@ def known_partitions(broker, request, errors: dict, header=None):
 def commit_response(request, errors: dict) -> Struct:
     """The response of an offset commit request: each requested partition with its error code."""
     return Struct(throttle_time_ms=0, topics=[
-        Struct(name=t.name, partitions=[
+        Struct(name=t.name, topic_id=getattr(t, "topic_id", ZERO_UUID), partitions=[
             Struct(partition_index=p.partition_index, error_code=int(errors[(t.name, p.partition_index)]))
             for p in t.partitions])
         for t in request.topics])
 
 
-@handles(8, (0, 9))
+def resolve_topic_ids(broker, topics) -> tuple[list, list]:
+    """(topics whose id names a topic, each given its ``name``; the others) of a v10+ request."""
+    known, unknown = [], []
+    for t in topics:
+        name = broker.logs.topic_name(t.topic_id) if t.topic_id != ZERO_UUID else None
+        if name is None:
+            unknown.append(t)
+        else:
+            t.name = name
+            known.append(t)
+    return known, unknown
+
+
+def unknown_topic_ids_response(topics) -> list[Struct]:
+    return [Struct(name="", topic_id=t.topic_id, partitions=[
+        Struct(partition_index=p.partition_index, error_code=int(ErrorCode.UNKNOWN_TOPIC_ID))
+        for p in t.partitions]) for t in topics]
+
+
+@handles(8, (0, 10))
 def handle_offset_commit(broker, header, request):
     version = header.api_version
+    unknown_ids = []
+    if version >= 10:
+        request.topics, unknown_ids = resolve_topic_ids(broker, request.topics)
+    response = _commit(broker, header, request, version)
+    response.topics += unknown_topic_ids_response(unknown_ids)
+    return response
+
+
+def _commit(broker, header, request, version: int) -> Struct:
     now = int(time.time() * 1000)
     retention = request.retention_time_ms if 2 <= version <= 4 else -1
     errors: dict[tuple[str, int], int] = {}
@@ -83,7 +116,7 @@ def handle_offset_commit(broker, header, request):
         member_id = request.member_id if version >= 1 else ""
         try:
             errors.update(broker.groups.commit_offsets(request.group_id, generation, member_id,
-                                                       request.group_instance_id, wanted))
+                                                       request.group_instance_id, wanted, version))
         except KafkaError as e:
             errors.update({tp: e.code for tp in wanted})
     return commit_response(request, errors)

@@ -1,4 +1,4 @@
-"""OffsetFetch: v0-v9.
+"""OffsetFetch: v0-v10.
 
 Behaviour: the committed offset, leader epoch and metadata of each asked partition; -1, -1 and ""
 with no error where nothing is committed (also for unknown groups). Null topics (v2+) means every
@@ -9,13 +9,18 @@ partition, and such topics are left out when all of a group's offsets are asked.
 Version notes: v0-v1 put group errors (INVALID_GROUP_ID 24, COORDINATOR_LOAD_IN_PROGRESS 14) on each
 partition; v2-v7 have a top-level error; v5 committed leader epochs; v7 require_stable (always
 stable: there are no pending transactional offsets); v8+ several groups per request with per-group
-errors; v9 member id / epoch (KIP-848) are not checked for classic groups, as Kafka does.
+errors; v9 member id / epoch (KIP-848): checked for consumer groups as Kafka does (a member id other
+than null with epoch -1 must be a member, UNKNOWN_MEMBER_ID 25, at its epoch, STALE_MEMBER_EPOCH 113),
+not for classic groups; v10 names topics by id: an id no topic has gets UNKNOWN_TOPIC_ID 100 on each
+asked partition, and all of a group's offsets leave out topics that no longer exist (they have no id
+to answer with).
 Gaps: none known.
 """
 
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.offset_commit import resolve_topic_ids
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
@@ -47,7 +52,32 @@ def _topics(result: dict, requested, unstable=frozenset(), refused=frozenset()) 
     return [Struct(name=name, partitions=parts) for name, parts in by_topic.items()]
 
 
-def _fetch(broker, header, group_id: str, topics, require_stable: bool):
+def _by_topic_id(broker, topics: list[Struct], unknown) -> list[Struct]:
+    """v10+: each answered topic with its id (topics without one are gone: left out), then the asked
+    ids no topic has, UNKNOWN_TOPIC_ID on each partition."""
+    infos = broker.logs.topics
+    out = []
+    for t in topics:
+        info = infos.get(t.name)
+        if info is not None:
+            t.topic_id = info.id
+            out.append(t)
+    for t in unknown:
+        out.append(Struct(name="", topic_id=t.topic_id, partitions=[
+            Struct(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                   error_code=int(ErrorCode.UNKNOWN_TOPIC_ID)) for p in t.partition_indexes]))
+    return out
+
+
+def _resolve_topic_ids(broker, topics) -> tuple[list | None, list]:
+    """(asked topics whose id names a topic, each given its ``name``; the others); null stays null."""
+    if topics is None:
+        return None, []
+    return resolve_topic_ids(broker, topics)
+
+
+def _fetch(broker, header, group_id: str, topics, require_stable: bool, member_id: str | None = None,
+           member_epoch: int = -1):
     """(committed offsets, partitions answered UNSTABLE_OFFSET_COMMIT, topics answered
     TOPIC_AUTHORIZATION_FAILED). Kafka's checks: DESCRIBE on the group (else the group's error), then
     DESCRIBE on each topic: a named topic the principal may not describe is answered with the error,
@@ -59,7 +89,7 @@ def _fetch(broker, header, group_id: str, topics, require_stable: bool):
         refused = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics))
     partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes
                                               if t.name not in refused]
-    result = broker.groups.fetch_offsets(group_id, partitions)
+    result = broker.groups.fetch_offsets(group_id, partitions, member_id=member_id, member_epoch=member_epoch)
     unstable = broker.groups.unstable_partitions(group_id) if require_stable else frozenset()
     if unstable and partitions is None:
         result.update({tp: None for tp in unstable if tp not in result})
@@ -71,17 +101,21 @@ def _fetch(broker, header, group_id: str, topics, require_stable: bool):
     return result, unstable, refused
 
 
-@handles(9, (0, 9))
+@handles(9, (0, 10))
 def handle_offset_fetch(broker, header, request):
     version = header.api_version
     require_stable = version >= 7 and request.require_stable
     if version >= 8:
         groups = []
         for g in request.groups:
+            asked, unknown = (_resolve_topic_ids(broker, g.topics) if version >= 10 else (g.topics, []))
             try:
-                result, unstable, refused = _fetch(broker, header, g.group_id, g.topics, require_stable)
-                groups.append(Struct(group_id=g.group_id, topics=_topics(result, g.topics, unstable, refused),
-                                     error_code=0))
+                member = (g.member_id, g.member_epoch) if version >= 9 else (None, -1)
+                result, unstable, refused = _fetch(broker, header, g.group_id, asked, require_stable, *member)
+                topics = _topics(result, asked, unstable, refused)
+                if version >= 10:
+                    topics = _by_topic_id(broker, topics, unknown)
+                groups.append(Struct(group_id=g.group_id, topics=topics, error_code=0))
             except KafkaError as e:
                 groups.append(Struct(group_id=g.group_id, topics=[], error_code=int(e.code)))
         return Struct(throttle_time_ms=0, groups=groups)

@@ -1,9 +1,10 @@
 """``minibroker groups``: kafka-consumer-groups.sh with kafka-python's admin client underneath.
 
 Actions:
-- ``list`` (``--state`` adds the state column);
+- ``list`` (``--type`` adds the group type, classic or consumer (KIP-848), ``--state`` the state);
 - ``describe --group G``: one row per committed or assigned partition with CURRENT-OFFSET,
-  LOG-END-OFFSET, LAG and the owning member, like ``kafka-consumer-groups.sh --describe``;
+  LOG-END-OFFSET, LAG and the owning member, like ``kafka-consumer-groups.sh --describe``; a consumer
+  (KIP-848) group's members and state come from ConsumerGroupDescribe;
 - ``reset-offsets --group G (--topic T[:P,P] ... | --all-topics) --to-earliest|--to-latest|
   --to-offset N [--execute]``: prints the plan and only commits it with ``--execute`` (Kafka's
   dry-run default); refused unless the group is inactive (Empty or Dead), as Kafka does;
@@ -26,6 +27,7 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     actions = groups.add_subparsers(dest="action", required=True)
     lst = actions.add_parser("list", parents=[common], help="group ids")
     lst.add_argument("--state", action="store_true", help="also print each group's state")
+    lst.add_argument("--type", action="store_true", help="also print each group's type (classic, consumer)")
     describe = actions.add_parser("describe", parents=[common], help="offsets, lag and members of a group")
     describe.add_argument("--group", required=True)
     reset = actions.add_parser("reset-offsets", parents=[common],
@@ -58,8 +60,12 @@ def _describe_one(admin, group_id: str):
 
 def _list(admin, args, out) -> int:
     groups = sorted(admin.list_groups(), key=lambda g: g["group_id"])
-    if args.state:
-        _table([["GROUP", "STATE"]] + [[g["group_id"], g.get("group_state") or ""] for g in groups], out)
+    with_type = getattr(args, "type", False)
+    if args.state or with_type:
+        header = ["GROUP"] + (["TYPE"] if with_type else []) + (["STATE"] if args.state else [])
+        rows = [[g["group_id"]] + ([g.get("group_type") or "classic"] if with_type else [])
+                + ([g.get("group_state") or ""] if args.state else []) for g in groups]
+        _table([header] + rows, out)
     else:
         for g in groups:
             print(g["group_id"], file=out)
@@ -78,8 +84,17 @@ def _describe(admin, args, out) -> int:
         for a in assignment.get("assigned_partitions") or [] if isinstance(assignment, dict) else []:
             for p in a["partitions"]:
                 owners[TopicPartition(a["topic"], p)] = m
-    tps = sorted(set(committed) | set(owners))
     state = info.get("group_state") or "Dead"
+    if state == "Dead":  # perhaps a consumer (KIP-848) group, which DescribeGroups does not describe
+        described = _describe_consumer_group(args)
+        if described is not None:
+            state, members = described
+            info = {"members": members}
+            for m in members:
+                for topic, partitions in m["assigned"]:
+                    for p in partitions:
+                        owners[TopicPartition(topic, p)] = m
+    tps = sorted(set(committed) | set(owners))
     if state == "Dead" and not tps:
         print(f"Consumer group '{args.group}' does not exist.", file=out)
         return 1
@@ -101,6 +116,27 @@ def _describe(admin, args, out) -> int:
     return 0
 
 
+def _describe_consumer_group(args) -> tuple[str, list[dict]] | None:
+    """(state, members) of a consumer (KIP-848) group from ConsumerGroupDescribe; None if it is not one."""
+    from minibroker.protocol.codec import Struct
+    from minibroker.tools.client_config import read_client_config
+    from minibroker.tools.topics import ToolError, TopicAdmin
+
+    with TopicAdmin(args.bootstrap_server, timeout=args.timeout,
+                    security=read_client_config(args.command_config)) as admin:
+        try:
+            answer = admin.request(69, Struct(group_ids=[args.group], include_authorized_operations=False))
+        except ToolError:  # a broker without ConsumerGroupDescribe
+            return None
+    group = answer.groups[0]
+    if group.error_code != 0:
+        return None
+    return group.group_state, [
+        {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+         "assigned": [(t.topic_name, list(t.partitions)) for t in m.assignment.topic_partitions]}
+        for m in group.members]
+
+
 def _dash(value) -> str:
     return "-" if value is None else str(value)
 
@@ -111,6 +147,9 @@ def _reset(admin, args, out) -> int:
 
     info = _describe_one(admin, args.group)
     state = info.get("group_state") or "Dead"
+    described = _describe_consumer_group(args) if state == "Dead" else None
+    if described is not None:
+        state = described[0]
     if state not in INACTIVE:
         print(f"minibroker groups: assignments can only be reset if the group '{args.group}' is inactive, "
               f"but the current state is {state}.", file=sys.stderr)

@@ -1,0 +1,371 @@
+"""One consumer (KIP-848) group: members, epochs, the target assignment and reconciliation rules.
+
+Plain data plus the rules that look only at the group: a member's next assignment towards the target
+(Kafka's CurrentAssignmentBuilder: revoke before assign, partitions pending revocation, partitions
+still owned by another member are "unreleased"), the group state (Empty, Assigning, Reconciling,
+Stable), the partition epochs (which member epoch owns each partition) and the translation of
+RE2/J subscription regexes into Python's ``re``. ``ConsumerGroupCoordinator`` is the only code that
+mutates a ``ConsumerGroup``. Not thread-safe: used on the broker's event loop only.
+
+Assignments are {topic id (16 bytes): set of partitions}, as Kafka keeps them.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from enum import IntEnum
+
+from minibroker.coordinator.group_records import OffsetCommitValue
+
+TopicAssignment = dict[bytes, set[int]]
+
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+
+class MemberState(IntEnum):
+    """Kafka's member states; the value is what CurrentMemberAssignment records store."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+
+class ConsumerMember:
+    """A member of a consumer group; plain attributes, mutated only by the coordinator."""
+
+    def __init__(self, member_id: str):
+        self.member_id = member_id
+        self.instance_id: str | None = None
+        self.rack_id: str | None = None
+        self.client_id = ""
+        self.client_host = ""
+        self.subscribed_topic_names: list[str] = []
+        self.subscribed_topic_regex: str | None = None
+        self.rebalance_timeout_ms = -1
+        self.server_assignor: str | None = None
+        self.member_epoch = 0
+        self.previous_member_epoch = 0
+        self.state = MemberState.STABLE
+        self.assigned: TopicAssignment = {}
+        self.pending_revocation: TopicAssignment = {}
+
+    def __repr__(self) -> str:
+        return f"ConsumerMember({self.member_id!r}, epoch={self.member_epoch}, {self.state.name})"
+
+    def metadata_key(self) -> tuple:
+        """What a MemberMetadata record holds: a change is written."""
+        return (self.instance_id, self.rack_id, self.client_id, self.client_host,
+                tuple(self.subscribed_topic_names), self.subscribed_topic_regex, self.rebalance_timeout_ms,
+                self.server_assignor)
+
+    def assignment_key(self) -> tuple:
+        """What a CurrentMemberAssignment record holds."""
+        return (self.member_epoch, self.previous_member_epoch, int(self.state), _frozen(self.assigned),
+                _frozen(self.pending_revocation))
+
+    def is_reconciled_to(self, epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == epoch
+
+
+def _frozen(a: TopicAssignment) -> frozenset:
+    return frozenset((t, frozenset(ps)) for t, ps in a.items() if ps)
+
+
+def same_assignment(a: TopicAssignment, b: TopicAssignment) -> bool:
+    return _frozen(a) == _frozen(b)
+
+
+class ConsumerGroup:
+    """A consumer group; plain attributes, mutated only by ``ConsumerGroupCoordinator``."""
+
+    def __init__(self, group_id: str):
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.target: dict[str, TopicAssignment] = {}  # member id -> target assignment
+        # topic name -> (topic id, partition count) of the subscribed topics that exist
+        self.subscription_metadata: dict[str, tuple[bytes, int]] = {}
+        self.partition_epochs: dict[tuple[bytes, int], int] = {}
+        self.offsets: dict[tuple[str, int], OffsetCommitValue] = {}
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroup({self.group_id!r}, {self.state}, epoch {self.group_epoch})"
+
+    @property
+    def state(self) -> str:
+        """Kafka's ConsumerGroupState name."""
+        if not self.members:
+            return "Empty"
+        if self.group_epoch > self.assignment_epoch:
+            return "Assigning"
+        if any(not m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
+            return "Reconciling"
+        return "Stable"
+
+    def snapshot(self) -> ConsumerGroup:
+        """A copy of everything but the offsets, to restore when a write fails."""
+        offsets, self.offsets = self.offsets, {}
+        try:
+            return copy.deepcopy(self)
+        finally:
+            self.offsets = offsets
+
+    def restore(self, snap: ConsumerGroup) -> None:
+        offsets = self.offsets
+        self.__dict__.update(snap.__dict__)
+        self.offsets = offsets
+
+    def static_member(self, instance_id: str | None) -> ConsumerMember | None:
+        member_id = self.static_members.get(instance_id) if instance_id is not None else None
+        return self.members.get(member_id) if member_id is not None else None
+
+    def current_partition_epoch(self, topic_id: bytes, partition: int) -> int:
+        return self.partition_epochs.get((topic_id, partition), -1)
+
+    def _drop_epochs(self, member: ConsumerMember) -> None:
+        for assignment in (member.assigned, member.pending_revocation):
+            for t, ps in assignment.items():
+                for p in ps:
+                    self.partition_epochs.pop((t, p), None)
+
+    def _add_epochs(self, member: ConsumerMember) -> None:
+        for assignment in (member.assigned, member.pending_revocation):
+            for t, ps in assignment.items():
+                for p in ps:
+                    self.partition_epochs[(t, p)] = member.member_epoch
+
+    def put_member(self, member: ConsumerMember, old: ConsumerMember | None = None) -> None:
+        """Add or update a member (``old`` is its previous state, whose partitions it no longer owns)."""
+        if old is not None:
+            self._drop_epochs(old)
+            if old.instance_id is not None and self.static_members.get(old.instance_id) == old.member_id:
+                del self.static_members[old.instance_id]
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        self._add_epochs(member)
+
+    def remove_member(self, member_id: str) -> ConsumerMember | None:
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return None
+        self._drop_epochs(member)
+        if member.instance_id is not None and self.static_members.get(member.instance_id) == member_id:
+            del self.static_members[member.instance_id]
+        self.target.pop(member_id, None)
+        return member
+
+    def preferred_assignor(self, default: str) -> str:
+        """The server assignor most members ask for (Kafka's rule), else ``default``."""
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            if m.server_assignor:
+                votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
+        if not votes:
+            return default
+        best = max(votes.values())
+        return min(name for name, n in votes.items() if n == best)
+
+
+def owns_any(owned: list[tuple[bytes, list[int]]] | None, assignment: TopicAssignment) -> bool:
+    """Whether the partitions a member reports owning include any of ``assignment`` (None: unknown, so
+    assumed yes, as Kafka does)."""
+    if owned is None:
+        return True
+    return any(p in assignment.get(t, ()) for t, ps in owned for p in ps)
+
+
+def is_subset(owned: list[tuple[bytes, list[int]]] | None, assignment: TopicAssignment) -> bool:
+    if owned is None:
+        return False
+    return all(p in assignment.get(t, ()) for t, ps in owned for p in ps)
+
+
+def reconcile(member: ConsumerMember, target_epoch: int, target: TopicAssignment, partition_epoch,
+              owned: list[tuple[bytes, list[int]]] | None) -> ConsumerMember:
+    """The member's next state towards ``target`` (Kafka's CurrentAssignmentBuilder); returns a new
+    member object, or ``member`` itself when nothing changes."""
+    if member.state is MemberState.STABLE:
+        if member.member_epoch == target_epoch:
+            return member
+        return _next_assignment(member, member.member_epoch, target_epoch, target, partition_epoch, owned)
+    if member.state is MemberState.UNREVOKED_PARTITIONS:
+        if owns_any(owned, member.pending_revocation):
+            return member
+        return _next_assignment(member, member.member_epoch + 1, target_epoch, target, partition_epoch, owned)
+    return _next_assignment(member, member.member_epoch, target_epoch, target, partition_epoch, owned)
+
+
+def _next_assignment(member, epoch, target_epoch, target, partition_epoch, owned) -> ConsumerMember:
+    unreleased = False
+    assigned: TopicAssignment = {}
+    revoking: TopicAssignment = {}
+    pending: TopicAssignment = {}
+    for t in set(target) | set(member.assigned):
+        want = target.get(t, set())
+        have = member.assigned.get(t, set())
+        keep = have & want
+        if keep:
+            assigned[t] = set(keep)
+        if have - keep:
+            revoking[t] = have - keep
+        to_add = {p for p in want - keep if partition_epoch(t, p) == -1}
+        if len(to_add) < len(want - keep):
+            unreleased = True
+        if to_add:
+            pending[t] = to_add
+    new = copy.copy(member)
+    new.previous_member_epoch = member.member_epoch
+    if revoking and owns_any(owned, revoking):
+        new.state = MemberState.UNREVOKED_PARTITIONS
+        new.member_epoch = epoch
+        new.assigned, new.pending_revocation = assigned, revoking
+        return new
+    for t, ps in pending.items():
+        assigned.setdefault(t, set()).update(ps)
+    new.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+    new.member_epoch = target_epoch
+    new.assigned, new.pending_revocation = assigned, {}
+    return new
+
+
+# -- RE2/J regexes --------------------------------------------------------------------------------
+
+
+class RegexError(ValueError):
+    """A subscription regex that RE2/J would not accept, or that Python cannot express the same way."""
+
+
+_POSIX_CLASSES = {
+    "alnum": "0-9A-Za-z", "alpha": "A-Za-z", "ascii": "\\x00-\\x7f", "blank": "\\t ",
+    "cntrl": "\\x00-\\x1f\\x7f", "digit": "0-9", "graph": "!-~", "lower": "a-z", "print": " -~",
+    "punct": "!-/:-@\\[-`{-~", "space": "\\t\\n\\v\\f\\r ", "upper": "A-Z", "word": "0-9A-Za-z_",
+    "xdigit": "0-9A-Fa-f",
+}
+
+
+_UNBOUNDED = re.compile(r"[*+]|\{\d*,\}")
+MAX_UNBOUNDED_REPETITIONS = 3  # polynomial backtracking stays below ~10^7 steps on a 249-character name
+
+
+def translate_re2(pattern: str) -> str:
+    """An RE2/J pattern as Python ``re`` source with the same meaning (compiled with re.ASCII, matched
+    with fullmatch, as Kafka's ``Pattern.matcher(topic).matches()``). Constructs RE2 rejects (lookaround,
+    backreferences, atomic groups, possessive quantifiers) raise RegexError rather than being accepted
+    by Python's more permissive engine; \\Q...\\E, \\z, (?<name>...) and [[:class:]] are rewritten."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    in_class = False
+    # per open group: whether it holds an unbounded quantifier or an alternation. Python's engine
+    # backtracks (RE2 does not), so such a group repeated without bound could take exponential time on
+    # a topic name: refused rather than risking the event loop.
+    groups: list[bool] = []
+    repetitions = 0
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise RegexError("trailing backslash")
+            d = pattern[i + 1]
+            if d == "Q":
+                end = pattern.find("\\E", i + 2)
+                literal = pattern[i + 2:] if end < 0 else pattern[i + 2:end]
+                out.append(re.escape(literal))
+                i = n if end < 0 else end + 2
+                continue
+            if d == "z":
+                out.append("\\Z")
+            elif d.isdigit() and d != "0" or d in "ZCpPkKgGRXhHN":
+                raise RegexError(f"unsupported escape \\{d}")
+            else:
+                out.append(c + d)
+            i += 2
+            continue
+        if in_class:
+            if c == "[" and pattern.startswith("[:", i):
+                end = pattern.find(":]", i + 2)
+                name = pattern[i + 2:end] if end > 0 else ""
+                negated = name.startswith("^")
+                body = _POSIX_CLASSES.get(name.lstrip("^"))
+                if body is None or negated:
+                    raise RegexError(f"unsupported character class [:{name}:]")
+                out.append(body)
+                i = end + 2
+                continue
+            if c == "[":
+                out.append("\\[")  # a literal [ inside a class (Python would warn about nested sets)
+                i += 1
+                continue
+            if c == "]" and not (out and out[-1] in ("[", "[^")):
+                in_class = False
+            out.append(c)
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            if pattern.startswith("[^", i):
+                out.append("[^")
+                i += 2
+            else:
+                out.append("[")
+                i += 1
+            if i < n and pattern[i] == "]":  # a leading ] is literal
+                out.append("\\]")
+                i += 1
+            continue
+        if c == "(":
+            groups.append(False)
+        elif c == ")" and groups:
+            risky = groups.pop()
+            repeated = _UNBOUNDED.match(pattern, i + 1) is not None
+            if risky and repeated:
+                raise RegexError("a repeated group holding a repetition or an alternation could backtrack "
+                                 "exponentially; minibroker refuses it")
+            if groups and (risky or repeated):
+                groups[-1] = True
+        elif c == "|" and groups:
+            groups[-1] = True
+        elif _UNBOUNDED.match(pattern, i) is not None:
+            repetitions += 1
+            if groups:
+                groups[-1] = True
+        if c == "(" and pattern.startswith("(?", i):
+            rest = pattern[i + 2:]
+            if rest.startswith("P<"):
+                out.append("(?P<")
+                i += 4
+                continue
+            if rest.startswith("<") and not rest.startswith(("<=", "<!")):
+                out.append("(?P<")
+                i += 3
+                continue
+            if rest[:1] in ("=", "!", "<", ">", "(", "#") or rest.startswith("P="):
+                raise RegexError("lookaround, backreferences, atomic and conditional groups are not RE2")
+            flags = re.match(r"[imsU-]*[:)]", rest)
+            if flags is None or "U" in flags.group(0):
+                raise RegexError("unsupported group flags")
+            out.append("(?")
+            i += 2
+            continue
+        if c in "*+?}" and i + 1 < n and pattern[i + 1] == "+":
+            raise RegexError("possessive quantifiers are not RE2")
+        out.append(c)
+        i += 1
+    if in_class:
+        raise RegexError("missing ]")
+    if repetitions > MAX_UNBOUNDED_REPETITIONS:
+        raise RegexError(f"more than {MAX_UNBOUNDED_REPETITIONS} unbounded repetitions could backtrack for "
+                         "too long; minibroker refuses them")
+    return "".join(out)
+
+
+def compile_re2(pattern: str) -> re.Pattern:
+    try:
+        return re.compile(translate_re2(pattern), re.ASCII)
+    except re.error as e:
+        raise RegexError(str(e)) from None

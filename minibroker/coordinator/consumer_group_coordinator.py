@@ -1,0 +1,664 @@
+"""The consumer (KIP-848) group protocol: ConsumerGroupHeartbeat and ConsumerGroupDescribe on one node.
+
+Owner of: every ``ConsumerGroup`` (kept in ``GroupCoordinator.consumer_groups``, beside the classic
+groups, with which they share the id space, ``__consumer_offsets`` and the event loop), the members'
+session and rebalance timers. The ``GroupCoordinator`` creates it and forwards the consumer-group side
+of the APIs both protocols share (offsets, listing, deleting). Everything runs on the broker's event
+loop; timers are ``loop.call_later`` handles.
+
+A heartbeat follows Kafka's GroupMetadataManager: validate the request (INVALID_REQUEST,
+UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION), find or create the group and the member (epoch
+checks: FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, static members: UNRELEASED_INSTANCE_ID,
+FENCED_INSTANCE_ID), update its subscription (a change, or a change of the subscribed topics' partition
+counts, bumps the group epoch), compute a new target assignment with the server assignor when the group
+epoch is ahead of it, then move the member one step towards its target (revoke first; partitions still
+owned by others wait). The records that describe the change are appended to ``__consumer_offsets``
+before the answer; if the append fails the group is restored and the error returned.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from minibroker.coordinator import assignors
+from minibroker.coordinator.classic_group import GroupState
+from minibroker.coordinator.consumer_group import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    RegexError,
+    TopicAssignment,
+    compile_re2,
+    is_subset,
+    reconcile,
+    same_assignment,
+)
+from minibroker.coordinator.group_records import (
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+    CONSUMER_GROUP_MEMBER_METADATA,
+    CONSUMER_GROUP_METADATA,
+    CONSUMER_GROUP_PARTITION_METADATA,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    CurrentAssignmentValue,
+    MemberMetadataValue,
+    encode_consumer_group_key,
+    encode_current_assignment_value,
+    encode_epoch_value,
+    encode_group_metadata_key,
+    encode_member_metadata_value,
+    encode_offset_commit_key,
+    encode_partition_metadata_value,
+    encode_target_assignment_value,
+)
+from minibroker.errors import ErrorCode, KafkaError
+from minibroker.uuids import uuid4_text
+
+log = logging.getLogger("minibroker.groups")
+E = ErrorCode
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class HeartbeatResult(NamedTuple):
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: TopicAssignment | None = None
+
+
+def _fail(code: ErrorCode, message: str) -> KafkaError:
+    return KafkaError(code, message)
+
+
+class _Changes:
+    """What one operation changed in a group: the records to append."""
+
+    def __init__(self) -> None:
+        self.member_metadata: set[str] = set()
+        self.current: set[str] = set()
+        self.target: set[str] = set()
+        self.removed: set[str] = set()
+        self.group_epoch = False
+        self.target_epoch = False
+        self.partition_metadata = False
+
+    def records(self, group: ConsumerGroup) -> list[tuple[bytes, bytes | None]]:
+        gid = group.group_id
+        out: list[tuple[bytes, bytes | None]] = []
+        for member_id in sorted(self.member_metadata - self.removed):
+            m = group.members[member_id]
+            out.append((encode_consumer_group_key(CONSUMER_GROUP_MEMBER_METADATA, gid, member_id),
+                        encode_member_metadata_value(MemberMetadataValue(
+                            m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
+                            m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor))))
+        if self.partition_metadata:
+            out.append((encode_consumer_group_key(CONSUMER_GROUP_PARTITION_METADATA, gid),
+                        encode_partition_metadata_value(group.subscription_metadata)))
+        if self.group_epoch:
+            out.append((encode_consumer_group_key(CONSUMER_GROUP_METADATA, gid),
+                        encode_epoch_value(group.group_epoch)))
+        for member_id in sorted(self.target - self.removed):
+            out.append((encode_consumer_group_key(CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, gid, member_id),
+                        encode_target_assignment_value(group.target.get(member_id, {}))))
+        if self.target_epoch:
+            out.append((encode_consumer_group_key(CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, gid),
+                        encode_epoch_value(group.assignment_epoch)))
+        for member_id in sorted(self.current - self.removed):
+            m = group.members[member_id]
+            out.append((encode_consumer_group_key(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, gid, member_id),
+                        encode_current_assignment_value(CurrentAssignmentValue(
+                            m.member_epoch, m.previous_member_epoch, int(m.state), m.assigned,
+                            m.pending_revocation))))
+        for member_id in sorted(self.removed):  # Kafka's order for a leaving member's tombstones
+            for record_type in (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                                CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, CONSUMER_GROUP_MEMBER_METADATA):
+                out.append((encode_consumer_group_key(record_type, gid, member_id), None))
+        return out
+
+
+class ConsumerGroupCoordinator:
+    def __init__(self, groups) -> None:
+        self.gc = groups  # the GroupCoordinator: store, loop, the shared group id space
+        cfg = groups.broker.config
+        self.broker = groups.broker
+        defaults = {"group.coordinator.rebalance.protocols": ["classic", "consumer"],
+                    "group.consumer.heartbeat.interval.ms": 5000, "group.consumer.session.timeout.ms": 45000,
+                    "group.consumer.max.size": 2**31 - 1, "group.consumer.assignors": ["uniform", "range"]}
+
+        def setting(name):
+            try:
+                return cfg[name]
+            except KeyError:  # a partial configuration (unit tests of the classic coordinator)
+                return defaults[name]
+
+        self.enabled = "consumer" in setting("group.coordinator.rebalance.protocols")
+        self.heartbeat_interval_ms = setting("group.consumer.heartbeat.interval.ms")
+        self.session_timeout_ms = setting("group.consumer.session.timeout.ms")
+        self.max_size = setting("group.consumer.max.size")
+        names = [assignors.assignor_name(a) for a in setting("group.consumer.assignors")]
+        self.assignors = [n for n in names if n is not None] or [assignors.UNIFORM]
+        self.groups: dict[str, ConsumerGroup] = {}
+        self._session_timers: dict[tuple[str, str], object] = {}
+        self._rebalance_timers: dict[tuple[str, str], object] = {}
+        self._regex_cache: dict[str, object] = {}
+
+    def close(self) -> None:
+        for handle in [*self._session_timers.values(), *self._rebalance_timers.values()]:
+            handle.cancel()
+        self._session_timers.clear()
+        self._rebalance_timers.clear()
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def _topics(self) -> dict:
+        return self.broker.logs.topics
+
+    def _regex(self, pattern: str):
+        compiled = self._regex_cache.get(pattern)
+        if compiled is None:
+            compiled = compile_re2(pattern)
+            if len(self._regex_cache) > 1000:
+                self._regex_cache.clear()
+            self._regex_cache[pattern] = compiled
+        return compiled
+
+    def _member_topics(self, member: ConsumerMember, topics: dict) -> set[str]:
+        """The existing topics a member subscribes to: its names, and what its regex matches."""
+        out = {t for t in member.subscribed_topic_names if t in topics}
+        if member.subscribed_topic_regex:
+            regex = self._regex(member.subscribed_topic_regex)
+            out.update(t for t in topics if t not in INTERNAL_TOPICS and regex.fullmatch(t))
+        return out
+
+    def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, tuple[bytes, int]]:
+        topics = self._topics()
+        names: set[str] = set()
+        for m in group.members.values():
+            names |= self._member_topics(m, topics)
+        return {t: (topics[t].id, topics[t].partitions) for t in sorted(names)}
+
+    # -- validation -----------------------------------------------------------------------------
+
+    def _validate(self, r, version: int) -> None:
+        if r.group_id == "":
+            raise _fail(E.INVALID_REQUEST, "GroupId can't be empty.")
+        if r.instance_id == "":
+            raise _fail(E.INVALID_REQUEST, "InstanceId can't be empty.")
+        if r.rack_id == "":
+            raise _fail(E.INVALID_REQUEST, "RackId can't be empty.")
+        if version >= 1 and not r.member_id:
+            raise _fail(E.INVALID_REQUEST, "MemberId can't be empty.")
+        epoch = r.member_epoch
+        if epoch > 0 or epoch == LEAVE_EPOCH:
+            if not r.member_id:
+                raise _fail(E.INVALID_REQUEST, "MemberId can't be empty.")
+        elif epoch == 0:
+            if r.rebalance_timeout_ms == -1:
+                raise _fail(E.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
+            if r.topic_partitions is None or r.topic_partitions:
+                raise _fail(E.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+            if not r.subscribed_topic_names and not r.subscribed_topic_regex:
+                raise _fail(E.INVALID_REQUEST,
+                            "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        elif epoch == STATIC_LEAVE_EPOCH:
+            if not r.member_id:
+                raise _fail(E.INVALID_REQUEST, "MemberId can't be empty.")
+            if r.instance_id is None:
+                raise _fail(E.INVALID_REQUEST, "InstanceId can't be null.")
+        else:
+            raise _fail(E.INVALID_REQUEST, "MemberEpoch is invalid.")
+        if r.server_assignor is not None and r.server_assignor not in self.assignors:
+            raise _fail(E.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {r.server_assignor} is not supported. "
+                        f"Supported assignors: {', '.join(self.assignors)}.")
+        if r.subscribed_topic_regex:
+            try:
+                self._regex(r.subscribed_topic_regex)
+            except RegexError as e:
+                raise _fail(E.INVALID_REGULAR_EXPRESSION,
+                            f"SubscribedTopicRegex `{r.subscribed_topic_regex}` is not a valid regular "
+                            f"expression: {e}.") from None
+        if any(len(s.encode("utf-8")) > 32767 for s in (r.group_id, r.member_id, r.instance_id or "",
+                                                         r.rack_id or "", r.subscribed_topic_regex or "")):
+            raise _fail(E.INVALID_REQUEST, "A string is longer than __consumer_offsets can store.")
+
+    # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
+
+    def heartbeat(self, r, version: int, client_id: str, client_host: str) -> HeartbeatResult:
+        try:
+            if not self.enabled:
+                raise _fail(E.UNSUPPORTED_VERSION, "The consumer group protocol is not enabled.")
+            self._validate(r, version)
+            if self.gc.loading:
+                raise KafkaError(E.COORDINATOR_LOAD_IN_PROGRESS)
+            if r.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                return self._leave(r)
+            return self._heartbeat(r, client_id, client_host)
+        except KafkaError as e:
+            return HeartbeatResult(e.code, e.message)
+        except Exception:  # a bug: the group was restored; the client gets Kafka's answer to the unexpected
+            log.exception("group %s: ConsumerGroupHeartbeat failed", r.group_id)
+            return HeartbeatResult(E.UNKNOWN_SERVER_ERROR, None)
+
+    def _owned(self, r) -> list[tuple[bytes, list[int]]] | None:
+        if r.topic_partitions is None:
+            return None
+        return [(bytes(tp.topic_id), list(tp.partitions or ())) for tp in r.topic_partitions]
+
+    def _get_or_create_group(self, group_id: str, create: bool) -> tuple[ConsumerGroup, bool, bool]:
+        """(group, created, replaces an Empty classic group)."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group, False, False
+        classic = self.gc.groups.get(group_id)
+        if classic is not None and not (create and classic.is_(GroupState.EMPTY)):
+            raise _fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        if not create:
+            raise _fail(E.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+        group = ConsumerGroup(group_id)
+        if classic is not None:  # an Empty classic group (offsets only) becomes a consumer group
+            group.offsets = classic.offsets
+        return group, True, classic is not None
+
+    def _heartbeat(self, r, client_id: str, client_host: str) -> HeartbeatResult:
+        epoch = r.member_epoch
+        owned = self._owned(r)
+        group, created, replaces_classic = self._get_or_create_group(r.group_id, epoch == 0)
+        member_id = r.member_id or uuid4_text()
+        if (len(group.members) >= self.max_size
+                and (not r.member_id or member_id not in group.members)
+                and group.static_member(r.instance_id) is None):
+            raise _fail(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of "
+                        f"{self.max_size} members.")
+        snap = None if created else group.snapshot()
+        classic_backup = None
+        try:  # a failed write (or a bug) leaves the group as it was
+            changes = _Changes()
+            old = self._find_member(group, member_id, epoch, r.instance_id, owned, changes)
+            member = ConsumerMember(member_id) if old is None else _clone(old)
+            if r.instance_id is not None:
+                member.instance_id = r.instance_id
+            if r.rack_id is not None:
+                member.rack_id = r.rack_id
+            if r.rebalance_timeout_ms != -1:
+                member.rebalance_timeout_ms = r.rebalance_timeout_ms
+            if r.server_assignor is not None:
+                member.server_assignor = r.server_assignor
+            if r.subscribed_topic_names is not None:
+                member.subscribed_topic_names = list(r.subscribed_topic_names)
+            if r.subscribed_topic_regex is not None:
+                member.subscribed_topic_regex = r.subscribed_topic_regex or None
+            member.client_id = client_id or ""
+            member.client_host = client_host or ""
+            bump = False
+            if old is None or member.metadata_key() != old.metadata_key():
+                changes.member_metadata.add(member_id)
+                if old is None or (member.subscribed_topic_names != old.subscribed_topic_names
+                                   or member.subscribed_topic_regex != old.subscribed_topic_regex):
+                    bump = True
+            group.put_member(member, old)
+            metadata = self._subscription_metadata(group)
+            if metadata != group.subscription_metadata:
+                group.subscription_metadata = metadata
+                changes.partition_metadata = True
+                bump = True
+            if bump:
+                group.group_epoch += 1
+                changes.group_epoch = True
+                log.info("group %s: bumped group epoch to %d", group.group_id, group.group_epoch)
+            if group.group_epoch > group.assignment_epoch:
+                self._update_target(group, changes)
+            new = reconcile(member, group.assignment_epoch, group.target.get(member_id, {}),
+                            group.current_partition_epoch, owned)
+            if new is not member:
+                group.put_member(new, member)
+                member = new
+            if old is None or member.assignment_key() != old.assignment_key():
+                changes.current.add(member_id)
+            if created:
+                self.groups[group.group_id] = group
+                classic_backup = self.gc.groups.pop(group.group_id, None)
+            entries = changes.records(group)
+            if replaces_classic:
+                entries.insert(0, (encode_group_metadata_key(group.group_id), None))
+            self.gc.store.append(group.group_id, entries)
+        except Exception:
+            if created:
+                self.groups.pop(group.group_id, None)
+                if classic_backup is not None:
+                    self.gc.groups[group.group_id] = classic_backup
+            else:
+                group.restore(snap)
+            raise
+        self._after_change(group, changes)
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            if old is None or old.state is not MemberState.UNREVOKED_PARTITIONS \
+                    or old.member_epoch != member.member_epoch:
+                self._schedule_rebalance_timeout(group, member)
+        else:
+            self._cancel((group.group_id, member_id), self._rebalance_timers)
+        self._schedule_session(group, member_id)
+        full = epoch == 0 or (r.rebalance_timeout_ms != -1 and r.subscribed_topic_names is not None
+                              and r.topic_partitions is not None)
+        changed = old is None or not same_assignment(old.assigned, member.assigned)
+        return HeartbeatResult(E.NONE, None, member_id, member.member_epoch, self.heartbeat_interval_ms,
+                               member.assigned if full or changed else None)
+
+    def _find_member(self, group: ConsumerGroup, member_id: str, epoch: int, instance_id: str | None,
+                     owned, changes: _Changes) -> ConsumerMember | None:
+        """The member a heartbeat is about (None: a new one), after Kafka's epoch and instance checks."""
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                if epoch != 0:
+                    raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
+                                f"{group.group_id}.")
+                return None
+            if epoch == 0:
+                return self._rejoin(group, member)
+            _check_epoch(member, epoch, owned)
+            return member
+        existing = group.static_member(instance_id)
+        if epoch == 0:
+            if existing is None:
+                member = group.members.get(member_id)
+                return self._rejoin(group, member) if member is not None else None
+            if existing.member_epoch != STATIC_LEAVE_EPOCH:
+                raise _fail(E.UNRELEASED_INSTANCE_ID, f"Static member {member_id} with instance id "
+                            f"{instance_id} cannot join the group because the instance id is owned by "
+                            f"{existing.member_id} member.")
+            # the static member comes back under a new member id: it takes over the old one's
+            # assignment and target without a new group epoch
+            replacement = _clone(existing)
+            replacement.member_id = member_id
+            replacement.member_epoch = replacement.previous_member_epoch = 0
+            target = group.target.get(existing.member_id)
+            group.remove_member(existing.member_id)
+            changes.removed.add(existing.member_id)  # its timers go once the change is written
+            group.put_member(replacement)
+            if target is not None:
+                group.target[member_id] = target
+            changes.target.add(member_id)
+            changes.member_metadata.add(member_id)
+            changes.current.add(member_id)
+            log.info("group %s: static member %s rejoined as %s", group.group_id, instance_id, member_id)
+            return replacement
+        if existing is None:
+            raise _fail(E.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if existing.member_id != member_id:
+            raise _fail(E.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} "
+                        f"was fenced by member {existing.member_id}.")
+        _check_epoch(existing, epoch, owned)
+        return existing
+
+    def _rejoin(self, group: ConsumerGroup, member: ConsumerMember) -> ConsumerMember:
+        """A known member (v1 keeps its id) joining again with epoch 0: it owns nothing any more, so its
+        partitions are released and it reconciles from scratch."""
+        fresh = _clone(member)
+        fresh.member_epoch = fresh.previous_member_epoch = 0
+        fresh.state = MemberState.STABLE
+        fresh.assigned, fresh.pending_revocation = {}, {}
+        group.put_member(fresh, member)
+        return fresh
+
+    def _update_target(self, group: ConsumerGroup, changes: _Changes) -> None:
+        topics = self._topics()
+        ids = {name: tid for name, (tid, _count) in group.subscription_metadata.items()}
+        counts = {tid: count for tid, count in group.subscription_metadata.values()}
+        subscriptions = {m.member_id: frozenset(ids[t] for t in self._member_topics(m, topics) if t in ids)
+                         for m in group.members.values()}
+        name = group.preferred_assignor(self.assignors[0])
+        assign = assignors.ASSIGNORS.get(name, assignors.uniform_assign)
+        new_target = assign(subscriptions, counts, group.target)
+        for member_id, assignment in new_target.items():
+            previous = group.target.get(member_id)
+            if previous is None or not same_assignment(assignment, previous):
+                changes.target.add(member_id)
+        group.target = new_target
+        group.assignment_epoch = group.group_epoch
+        changes.target_epoch = True
+        log.info("group %s: new target assignment at epoch %d with the %s assignor", group.group_id,
+                 group.assignment_epoch, name)
+
+    def _after_change(self, group: ConsumerGroup, changes: _Changes) -> None:
+        for member_id in changes.removed:
+            if member_id not in group.members:
+                self._cancel_timers(group.group_id, member_id)
+
+    # -- leaving and fencing --------------------------------------------------------------------
+
+    def _leave(self, r) -> HeartbeatResult:
+        group = self.groups.get(r.group_id)
+        if group is None:
+            raise _fail(E.GROUP_ID_NOT_FOUND, f"Consumer group {r.group_id} not found.")
+        if r.instance_id is None:
+            member = group.members.get(r.member_id)
+            if member is None:
+                raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {r.member_id} is not a member of group "
+                            f"{r.group_id}.")
+        else:
+            member = group.static_member(r.instance_id)
+            if member is None:
+                raise _fail(E.UNKNOWN_MEMBER_ID, f"Instance id {r.instance_id} is unknown.")
+            if member.member_id != r.member_id:
+                raise _fail(E.FENCED_INSTANCE_ID, f"Static member {r.member_id} with instance id "
+                            f"{r.instance_id} was fenced by member {member.member_id}.")
+            if r.member_epoch == STATIC_LEAVE_EPOCH:
+                snap = group.snapshot()
+                away = _clone(member)
+                away.member_epoch = STATIC_LEAVE_EPOCH
+                away.pending_revocation = {}
+                group.put_member(away, member)
+                changes = _Changes()
+                changes.current.add(member.member_id)
+                try:
+                    self.gc.store.append(group.group_id, changes.records(group))
+                except KafkaError:
+                    group.restore(snap)
+                    raise
+                self._cancel((group.group_id, member.member_id), self._rebalance_timers)
+                log.info("group %s: static member %s (instance %s) left for now", group.group_id,
+                         member.member_id, r.instance_id)
+                return HeartbeatResult(E.NONE, None, member.member_id, STATIC_LEAVE_EPOCH, 0, None)
+        self.fence(group, member.member_id, "the member left")
+        return HeartbeatResult(E.NONE, None, r.member_id, r.member_epoch, 0, None)
+
+    def fence(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
+        """Remove a member, bump the group epoch (raises KafkaError when the records cannot be written)."""
+        if member_id not in group.members:
+            return
+        snap = group.snapshot()
+        changes = _Changes()
+        group.remove_member(member_id)
+        changes.removed.add(member_id)
+        metadata = self._subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            changes.partition_metadata = True
+        group.group_epoch += 1
+        changes.group_epoch = True
+        try:
+            self.gc.store.append(group.group_id, changes.records(group))
+        except KafkaError:
+            group.restore(snap)
+            raise
+        self._cancel_timers(group.group_id, member_id)
+        log.info("group %s: member %s removed (%s); group epoch %d", group.group_id, member_id, reason,
+                 group.group_epoch)
+
+    def _fence_quietly(self, group_id: str, member_id: str, epoch: int | None, reason: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or self.gc._closed:
+            return
+        member = group.members.get(member_id)
+        if member is None or (epoch is not None and member.member_epoch != epoch):
+            return
+        try:
+            self.fence(group, member_id, reason)
+        except KafkaError as e:
+            log.warning("group %s: could not remove member %s: %s", group_id, member_id, e)
+            self._schedule_session(group, member_id)  # try again later
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    def _schedule_session(self, group: ConsumerGroup, member_id: str) -> None:
+        key = (group.group_id, member_id)
+        self._cancel(key, self._session_timers)
+        self._session_timers[key] = self.gc._call_later(self.session_timeout_ms, self._session_expired, key)
+
+    def _session_expired(self, key: tuple[str, str]) -> None:
+        self._session_timers.pop(key, None)
+        self._fence_quietly(key[0], key[1], None, "its session timed out")
+
+    def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        key = (group.group_id, member.member_id)
+        self._cancel(key, self._rebalance_timers)
+        timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms >= 0 else self.session_timeout_ms
+        self._rebalance_timers[key] = self.gc._call_later(timeout, self._rebalance_expired, key,
+                                                          member.member_epoch)
+
+    def _rebalance_expired(self, key: tuple[str, str], epoch: int) -> None:
+        self._rebalance_timers.pop(key, None)
+        self._fence_quietly(key[0], key[1], epoch, "it did not revoke its partitions in time")
+
+    @staticmethod
+    def _cancel(key, timers: dict) -> None:
+        handle = timers.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _cancel_timers(self, group_id: str, member_id: str) -> None:
+        self._cancel((group_id, member_id), self._session_timers)
+        self._cancel((group_id, member_id), self._rebalance_timers)
+
+    # -- ConsumerGroupDescribe ------------------------------------------------------------------
+
+    def describe(self, group_id: str):
+        """(error, message, group or None)."""
+        if self.gc.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS, None, None
+        if not group_id:
+            return E.INVALID_GROUP_ID, None, None
+        group = self.groups.get(group_id)
+        if group is None:
+            if group_id in self.gc.groups:
+                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        return E.NONE, None, group
+
+    def default_assignor(self, group: ConsumerGroup) -> str:
+        return group.preferred_assignor(self.assignors[0])
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def validate_offset_commit(self, group: ConsumerGroup, member_id: str, member_epoch: int,
+                               api_version: int) -> None:
+        """Kafka's ConsumerGroup.validateOffsetCommit."""
+        if member_epoch < 0 and not group.members:
+            return
+        member = group.members.get(member_id)
+        if member is None:
+            raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
+        if api_version < 9:
+            raise _fail(E.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members "
+                        "using the modern group protocol")
+        if member_epoch != member.member_epoch:
+            raise _fail(E.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} does not match the "
+                        f"expected member epoch {member.member_epoch}.")
+
+    def validate_offset_fetch(self, group: ConsumerGroup, member_id: str | None, member_epoch: int) -> None:
+        if member_id is None and member_epoch < 0:
+            return
+        member = group.members.get(member_id or "")
+        if member is None:
+            raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
+        if member_epoch != member.member_epoch:
+            raise _fail(E.STALE_MEMBER_EPOCH, f"The received member epoch {member_epoch} does not match the "
+                        f"expected member epoch {member.member_epoch}.")
+
+    def subscribed_topics(self, group: ConsumerGroup) -> set[str]:
+        return set(group.subscription_metadata)
+
+    def delete(self, group: ConsumerGroup, *, keep_offsets: bool = False) -> None:
+        """Delete an Empty consumer group: tombstones for its records, and for its offsets unless they
+        stay (the group becomes a classic one)."""
+        gid = group.group_id
+        entries = [] if keep_offsets else [(encode_offset_commit_key(gid, t, p), None)
+                                           for t, p in sorted(group.offsets)]
+        for record_type in (CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, CONSUMER_GROUP_PARTITION_METADATA,
+                            CONSUMER_GROUP_METADATA):
+            entries.append((encode_consumer_group_key(record_type, gid), None))
+        self.gc.store.append(gid, entries)
+        self.groups.pop(gid, None)
+
+    # -- loading --------------------------------------------------------------------------------
+
+    def load(self, group_id: str, records: dict, offsets: dict) -> None:
+        """Rebuild a group from its records as a load left them: {(record type, member id): value}."""
+        from minibroker.coordinator import group_records as gr
+
+        epoch_value = records.get((CONSUMER_GROUP_METADATA, ""))
+        if epoch_value is None:
+            return
+        group = ConsumerGroup(group_id)
+        group.offsets = dict(offsets)
+        group.group_epoch = gr.decode_epoch_value(epoch_value)
+        value = records.get((CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, ""))
+        group.assignment_epoch = gr.decode_epoch_value(value) if value is not None else 0
+        value = records.get((CONSUMER_GROUP_PARTITION_METADATA, ""))
+        group.subscription_metadata = gr.decode_partition_metadata_value(value) if value is not None else {}
+        for (record_type, member_id), value in records.items():
+            if record_type == CONSUMER_GROUP_MEMBER_METADATA and value is not None:
+                meta = gr.decode_member_metadata_value(value)
+                member = ConsumerMember(member_id)
+                member.instance_id, member.rack_id = meta.instance_id, meta.rack_id
+                member.client_id, member.client_host = meta.client_id, meta.client_host
+                member.subscribed_topic_names = list(meta.subscribed_topic_names)
+                member.subscribed_topic_regex = meta.subscribed_topic_regex
+                member.rebalance_timeout_ms = meta.rebalance_timeout_ms
+                member.server_assignor = meta.server_assignor
+                current = records.get((CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, member_id))
+                if current is not None:
+                    cur = gr.decode_current_assignment_value(current)
+                    member.member_epoch = cur.member_epoch
+                    member.previous_member_epoch = cur.previous_member_epoch
+                    try:
+                        member.state = MemberState(cur.state)
+                    except ValueError:
+                        member.state = MemberState.UNKNOWN
+                    member.assigned, member.pending_revocation = cur.assigned, cur.pending_revocation
+                group.put_member(member)
+        for (record_type, member_id), value in records.items():
+            if record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER and value is not None \
+                    and member_id in group.members:
+                group.target[member_id] = gr.decode_target_assignment_value(value)
+        self.groups[group_id] = group
+        for member_id in group.members:
+            self._schedule_session(group, member_id)
+
+
+def _check_epoch(member: ConsumerMember, epoch: int, owned) -> None:
+    """Kafka's throwIfConsumerGroupMemberEpochIsInvalid."""
+    if epoch > member.member_epoch:
+        raise _fail(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch ({epoch}) "
+                    f"than the one known by the group coordinator ({member.member_epoch}). The member must "
+                    "abandon all its partitions and rejoin.")
+    if epoch < member.member_epoch and (epoch != member.previous_member_epoch
+                                        or not is_subset(owned, member.assigned)):
+        raise _fail(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch ({epoch}) "
+                    f"than the one known by the group coordinator ({member.member_epoch}). The member must "
+                    "abandon all its partitions and rejoin.")
+
+
+def _clone(member: ConsumerMember) -> ConsumerMember:
+    import copy
+
+    new = copy.copy(member)
+    new.assigned = {t: set(ps) for t, ps in member.assigned.items()}
+    new.pending_revocation = {t: set(ps) for t, ps in member.pending_revocation.items()}
+    return new

@@ -1,0 +1,65 @@
+"""ConsumerGroupDescribe: v0-v1 (KIP-848).
+
+Behaviour: each consumer group's state (Empty, Assigning, Reconciling, Stable), group epoch, target
+assignment epoch, assignor (the one most members ask for, else the first of ``group.consumer.assignors``)
+and members: ids, instance and rack ids, member epoch, client id and host, subscription (names and regex),
+current and target assignments with topic ids and names. A classic or unknown group gets
+GROUP_ID_NOT_FOUND 69, as Kafka answers.
+Authorization (with an authorizer): DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED; authorized
+operations when asked, as for DescribeGroups.
+Version notes: v1 adds each member's type: 1 (a consumer-protocol member; classic members cannot
+join a consumer group here, so 0 never appears).
+Gaps: none known.
+"""
+
+from __future__ import annotations
+
+from minibroker.errors import ErrorCode
+from minibroker.handlers.authorized_operations import NOT_ASKED, group_operations
+from minibroker.handlers.registry import handles
+from minibroker.protocol.codec import Struct
+from minibroker.security.acls import AclOperation, ResourceType
+from minibroker.security.authorizer import authorize
+
+CONSUMER_MEMBER = 1  # MemberType (v1): -1 unknown, 0 classic, 1 consumer
+
+
+def _assignment(broker, assignment) -> Struct:
+    return Struct(topic_partitions=[
+        Struct(topic_id=topic_id, topic_name=broker.logs.topic_name(topic_id) or "", partitions=sorted(ps))
+        for topic_id, ps in sorted(assignment.items()) if ps])
+
+
+def _failed(group_id: str, code: ErrorCode, message: str | None = None) -> Struct:
+    return Struct(error_code=int(code), error_message=message, group_id=group_id, group_state="",
+                  group_epoch=0, assignment_epoch=0, assignor_name="", members=[],
+                  authorized_operations=NOT_ASKED)
+
+
+@handles(69, (0, 1))
+def handle_consumer_group_describe(broker, header, request):
+    coordinator = broker.groups.consumer
+    out = []
+    for group_id in request.group_ids:
+        if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            out.append(_failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            continue
+        error, message, group = coordinator.describe(group_id)
+        if group is None:
+            out.append(_failed(group_id, error, message))
+            continue
+        members = [Struct(
+            member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+            client_id=m.client_id, client_host=m.client_host,
+            subscribed_topic_names=list(m.subscribed_topic_names),
+            subscribed_topic_regex=m.subscribed_topic_regex, assignment=_assignment(broker, m.assigned),
+            target_assignment=_assignment(broker, group.target.get(m.member_id, {})),
+            member_type=CONSUMER_MEMBER)
+            for m in group.members.values()]
+        asked = request.include_authorized_operations
+        ops = group_operations(broker, header, group_id) if asked else NOT_ASKED
+        out.append(Struct(error_code=0, error_message=None, group_id=group_id, group_state=group.state,
+                          group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+                          assignor_name=coordinator.default_assignor(group), members=members,
+                          authorized_operations=ops))
+    return Struct(throttle_time_ms=0, groups=out)
