@@ -188,11 +188,15 @@ def _kafka_python_round_trip(address: str, topic: str, settings: dict, runner=No
     assert values == [b"m0", b"m1", b"m2"]
 
 
-def _aiokafka_round_trip(address: str, topic: str, mechanism: str, runner) -> None:
+def _aiokafka_round_trip(address: str, topic: str, mechanism: str, runner, listener: str = "SASL_PLAINTEXT",
+                         cafile: str | None = None) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
 
-    settings = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
+    settings = {"security_protocol": listener, "sasl_mechanism": mechanism,
                 "sasl_plain_username": "alice", "sasl_plain_password": PASSWORD}
+    if cafile is not None:
+        settings["ssl_context"] = create_ssl_context(cafile=cafile)
 
     async def run():
         producer = AIOKafkaProducer(bootstrap_servers=address, **settings)
@@ -200,7 +204,7 @@ def _aiokafka_round_trip(address: str, topic: str, mechanism: str, runner) -> No
         try:
             for i in range(3):
                 await producer.send_and_wait(topic, f"m{i}".encode())
-            assert KafkaPrincipal("User", "alice") in _principals(runner, "SASL_PLAINTEXT")
+            assert KafkaPrincipal("User", "alice") in _principals(runner, listener)
         finally:
             await producer.stop()
         consumer = AIOKafkaConsumer(bootstrap_servers=address, auto_offset_reset="earliest", **settings)
@@ -256,18 +260,22 @@ def _confluent_round_trip(conf: dict, topic: str, runner, listener: str, princip
     assert values == [b"m0", b"m1", b"m2"]
 
 
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 @pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "confluent-kafka"])
-def test_clients_produce_and_consume(broker, topic_name, client, mechanism):
-    address = _address(broker)
+def test_clients_produce_and_consume(broker, certs, topic_name, client, mechanism, listener):
+    address = _address(broker, listener)
+    tls = listener == "SASL_SSL"
     if client == "kafka-python":
-        settings = _kafka_python_settings(mechanism)
-        _kafka_python_round_trip(address, topic_name, settings, broker, "SASL_PLAINTEXT")
+        settings = _kafka_python_settings(mechanism, security_protocol=listener,
+                                          **({"ssl_cafile": certs["ca"]} if tls else {}))
+        _kafka_python_round_trip(address, topic_name, settings, broker, listener)
     elif client == "aiokafka":
-        _aiokafka_round_trip(address, topic_name, mechanism, broker)
+        _aiokafka_round_trip(address, topic_name, mechanism, broker, listener, certs["ca"] if tls else None)
     else:
-        conf = _confluent_settings(address, mechanism)
-        _confluent_round_trip(conf, topic_name, broker, "SASL_PLAINTEXT", "alice")
+        conf = _confluent_settings(address, mechanism, security_protocol=listener,
+                                   **({"ssl.ca.location": certs["ca"]} if tls else {}))
+        _confluent_round_trip(conf, topic_name, broker, listener, "alice")
 
 
 def test_confluent_oauthbearer_unsecured(broker, topic_name):
