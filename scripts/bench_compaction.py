@@ -32,6 +32,11 @@
       line saying the pass over the compacted log finished;
    C. the same broker after that pass (cleaner idle).
    Reported: p50/p99/max of each, B/A and B/C ratios of p99, the pass's duration and broker CPU.
+   With ``--stall-ms N``: every broker runs a watchdog thread (``STALL_WATCHDOG``, loaded through a
+   ``sitecustomize`` in the temp dir) that notes each time its event loop did not tick for N ms and
+   where the main thread was meanwhile (stack samples every 5 ms); the stalls of each phase are
+   reported with their place in minibroker's code. It costs a thread waking every 5 ms: leave it off
+   for the latency figures.
 
 Results: JSON (``--out``) and a summary on stdout. Nothing is written to docs/. Temp dirs are removed.
 """
@@ -67,6 +72,91 @@ OFFSET_COMMIT = 8
 OFFSET_COMMIT_VERSION = 8
 READY_RE = re.compile(r"minibroker ready")
 LOADED_RE = re.compile(r"loaded (\d+) groups from (\d+) records of __consumer_offsets")
+STALL_LOG_ENV = "MB_BENCH_STALL_LOG"
+STALL_MS_ENV = "MB_BENCH_STALL_MS"
+# The broker-side watchdog of --stall-ms, written as sitecustomize.py (Python imports it at start in
+# every process started with that directory on PYTHONPATH; it acts only in `minibroker serve`). A
+# heartbeat callback every 10 ms on the loop `asyncio.run` runs (uvloop or not); a thread checks every
+# 5 ms and, while the heartbeat is late by more than the threshold, samples the main thread's stack.
+# One JSON line per stall: wall time at its start, duration, samples by innermost minibroker frame.
+STALL_WATCHDOG = r'''
+import asyncio, json, os, sys, threading, time, traceback
+
+def _install(path, threshold_s):
+    out = open(path, "a", buffering=1)
+    last, main = [time.monotonic()], threading.main_thread().ident
+    run = asyncio.run
+
+    def beat(loop):
+        last[0] = time.monotonic()
+        loop.call_later(0.01, beat, loop)
+
+    async def with_heartbeat(coro):
+        beat(asyncio.get_running_loop())
+        return await coro
+
+    asyncio.run = lambda coro, **kw: run(with_heartbeat(coro), **kw)
+
+    def where(frame):
+        frames = traceback.extract_stack(frame)
+        ours = [f for f in frames if "/minibroker/" in f.filename]
+        pick = ours[-1] if ours else frames[-1]
+        inner = frames[-1]
+        name = pick.filename.rsplit("/minibroker/", 1)[-1]
+        if name == "cli.py" and pick.name == "cmd_serve":  # no Python frame of ours under the loop's run
+            return "the loop itself (its C code, or the process not running)"
+        return f"{name}:{pick.lineno} {pick.name}" + (f" > {inner.name}" if inner is not pick else "")
+
+    def watch():
+        stall = None
+        while True:
+            time.sleep(0.005)
+            late = time.monotonic() - last[0]
+            if late > threshold_s:
+                if stall is None:
+                    stall = {"pid": os.getpid(), "t": time.time() - late, "at": {}}
+                frame = sys._current_frames().get(main)
+                if frame is not None:
+                    key = where(frame)
+                    stall["at"][key] = stall["at"].get(key, 0) + 1
+            elif stall is not None:
+                stall["ms"] = round((time.time() - stall["t"]) * 1000, 1)
+                out.write(json.dumps(stall) + "\n")
+                stall = None
+
+    threading.Thread(target=watch, name="bench-stall-watchdog", daemon=True).start()
+
+if os.environ.get("MB_BENCH_STALL_LOG") and sys.orig_argv[1:4] == ["-m", "minibroker", "serve"]:
+    _install(os.environ["MB_BENCH_STALL_LOG"], float(os.environ["MB_BENCH_STALL_MS"]) / 1000)
+'''
+STALL_SITE: dict | None = None  # with --stall-ms: {"dir": sitecustomize's dir, "log": path, "ms": N}
+
+
+def setup_stall_watchdog(root: str, ms: float) -> None:
+    global STALL_SITE
+    site = os.path.join(root, "stall-site")
+    os.makedirs(site)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+        f.write(STALL_WATCHDOG)
+    STALL_SITE = {"dir": site, "log": os.path.join(root, "stalls.jsonl"), "ms": ms}
+
+
+def stalls_between(pid: int, t0: float, t1: float) -> dict:
+    """The watchdog's stalls of broker ``pid`` that began in [t0, t1] (wall clock): count, longest,
+    and the five longest with the places their stack samples were taken most."""
+    if STALL_SITE is None or not os.path.exists(STALL_SITE["log"]):
+        return {}
+    with open(STALL_SITE["log"]) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    rows = [r for r in rows if r["pid"] == pid and t0 <= r["t"] <= t1]
+    rows.sort(key=lambda r: -r["ms"])
+    worst = [
+        {"ms": r["ms"], "at_s": round(r["t"] - t0, 2),
+         "where": sorted(r["at"].items(), key=lambda kv: -kv[1])[:3]}
+        for r in rows[:5]
+    ]
+    return {"over_ms": STALL_SITE["ms"], "count": len(rows), "max_ms": rows[0]["ms"] if rows else 0.0,
+            "worst": worst}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -99,8 +189,13 @@ class LoggedBroker:
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
         self.t0 = time.perf_counter()
+        env = bench.bench_env()
+        if STALL_SITE is not None:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (STALL_SITE["dir"], env.get("PYTHONPATH")) if p)
+            env[STALL_LOG_ENV] = STALL_SITE["log"]
+            env[STALL_MS_ENV] = str(STALL_SITE["ms"])
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=bench.bench_env()
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
         )
         threading.Thread(target=self._reader, args=(self.proc.stdout,), daemon=True).start()
         self.wait_line(READY_RE, timeout)
@@ -569,11 +664,14 @@ def bench_produce(opts, root: str) -> dict:
         load.run(seconds=opts.warmup)  # bootstrap, connection, first appends: not measured
         if compact_after_warmup:
             set_topic_config(broker.port, "compacted", "cleanup.policy", "compact")
-        cpu0, t0 = bench.proc_cpu_seconds(broker.proc.pid), time.perf_counter()
+        cpu0, t0, wall0 = bench.proc_cpu_seconds(broker.proc.pid), time.perf_counter(), time.time()
         samples = load.run(**kw)
         cpu = bench.proc_cpu_seconds(broker.proc.pid) - cpu0
         st = lat_stats(samples)
         st.update({"seconds": time.perf_counter() - t0, "broker_cpu_s": cpu, "errors": load.errors})
+        if STALL_SITE is not None:
+            time.sleep(0.1)  # a stall still open when the load stopped is written when it ends
+            st["loop_stalls"] = stalls_between(broker.proc.pid, wall0, time.time())
         out["phases"][name] = st
         print(f"  {name}: {st}", flush=True)
         return samples
@@ -656,6 +754,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=500.0, help="records/s of the latency load")
     ap.add_argument("--idle-seconds", type=float, help="length of the idle phases (20 s, quick 6 s)")
     ap.add_argument("--warmup", type=float, default=1.0, help="seconds of load not measured in each phase")
+    ap.add_argument(
+        "--stall-ms",
+        type=float,
+        default=0.0,
+        help="run a loop-stall watchdog in each broker and report stalls longer than this (0: off)",
+    )
     opts = ap.parse_args(argv)
     q = opts.quick
     opts.reps = opts.reps or (3 if q else 5)
@@ -686,6 +790,9 @@ def main(argv=None) -> int:
     }
     root = tempfile.mkdtemp(prefix="mb-bench-compaction-")
     t0 = time.perf_counter()
+    if opts.stall_ms > 0:
+        setup_stall_watchdog(root, opts.stall_ms)
+        results["stall_ms"] = opts.stall_ms
     try:
         if "startup" in only:
             results["startup"] = bench_startup(opts, root)
@@ -738,6 +845,12 @@ def print_summary(r: dict) -> None:
                 f"  {k:26s}: n {st['n']:6d}, p50 {st['p50_ms']:.2f} ms, p99 {st['p99_ms']:.2f} ms, "
                 f"max {st['max_ms']:.1f} ms, broker CPU {st['broker_cpu_s']:.1f} s in {st['seconds']:.1f} s"
             )
+            stalls = st.get("loop_stalls")
+            if stalls is not None:
+                print(f"    loop stalls over {stalls.get('over_ms', r.get('stall_ms'))} ms: "
+                      f"{stalls.get('count', 0)}, longest {stalls.get('max_ms', 0.0):.0f} ms")
+                for w in stalls.get("worst", []):
+                    print(f"      {w['ms']:.0f} ms at +{w['at_s']} s: {w['where']}")
         w = p.get("worker")
         if w:
             rss = (w["peak_rss_bytes"] or 0) / MiB

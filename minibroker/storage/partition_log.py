@@ -93,6 +93,10 @@ class PartitionLog:
         self.read_only = False  # opened without writing its dir (indexes in memory)
         self.closed = False
         self.deleted = False
+        # Set by the log cleaner while a swap's files move (LogCleaner._swap, off the loop): segments
+        # are then neither deleted (retention, DeleteRecords: the next retention check does it) nor
+        # truncated, so that the swap finds on the loop the segments whose files it moved.
+        self.swap_in_progress = False
         self.update_config(config)
 
     # ---- construction -------------------------------------------------------------------------
@@ -409,7 +413,7 @@ class PartitionLog:
         if self.offline_reason is not None:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, self.offline_reason)
 
-    def _storage_error(self, exc: OSError, doing: str) -> KafkaError:
+    def storage_error(self, exc: OSError, doing: str) -> KafkaError:
         """A write failed: report it (the LogManager takes the dir offline) and say so to the caller."""
         if self.on_storage_error is not None:
             self.on_storage_error(self, exc)
@@ -450,7 +454,7 @@ class PartitionLog:
                 offset_of_max_timestamp=offset_of_max_timestamp,
             )
         except OSError as exc:
-            raise self._storage_error(exc, f"append to {segment.log_path}") from exc
+            raise self.storage_error(exc, f"append to {segment.log_path}") from exc
         self._leo = last_offset + 1
         self._unflushed_messages += record_count if record_count > 0 else last_offset - first_offset + 1
         try:  # the records are in the log; a failure from here on still answers an error, as in Kafka
@@ -464,7 +468,7 @@ class PartitionLog:
         except OSError as exc:
             if self._listeners:
                 self._notify()
-            raise self._storage_error(exc, "flush after append") from exc
+            raise self.storage_error(exc, "flush after append") from exc
         if self._listeners:
             self._notify()
 
@@ -602,7 +606,7 @@ class PartitionLog:
         try:
             segment.txn_index.append(txn)
         except OSError as exc:
-            raise self._storage_error(exc, f"append to {segment.txn_index.path}") from exc
+            raise self.storage_error(exc, f"append to {segment.txn_index.path}") from exc
         segment.flushed = False
 
     def fetch_upper_bound(self, fetched: FetchSlice) -> int:
@@ -717,7 +721,7 @@ class PartitionLog:
             try:
                 self.flush()
             except OSError as exc:
-                self._storage_error(exc, "flush")
+                self.storage_error(exc, "flush")
 
     def sealed_unflushed(self) -> list[LogSegment]:
         """Sealed segments not yet fsynced (for a flush off the loop: fsync ``seg.file`` of each)."""
@@ -747,7 +751,8 @@ class PartitionLog:
             raise self._out_of_range(offset)
         if offset > self._log_start:
             self._log_start = offset
-            self._delete_below_start()
+            if not self.swap_in_progress:
+                self._delete_below_start()
             self._start_offset_changed()
         return self._log_start
 
@@ -768,6 +773,8 @@ class PartitionLog:
         self._check_open()
         if self.offline_reason is not None:
             return 0  # an offline dir is left as it is until the broker restarts
+        if self.swap_in_progress:
+            return 0  # the next check deletes what is due
         deleted = self._delete_below_start()
         if not self._delete_policy:
             return deleted
@@ -830,6 +837,8 @@ class PartitionLog:
         below the log start offset the log is emptied and restarts at ``offset``. Returns the new
         log end offset. For tests and tools; a single node never needs it."""
         self._check_open()
+        if self.swap_in_progress:
+            raise RuntimeError(f"{self._topic}-{self._partition}: truncation during a cleaner swap")
         if offset >= self._leo:
             return self._leo
         if offset <= self._log_start:

@@ -607,6 +607,157 @@ def test_the_worker_reads_only_the_file_the_loop_gave_it(tmp_path):
     manager.close()
 
 
+def test_the_swaps_file_work_runs_off_the_loop_and_the_list_changes_on_it(tmp_path, monkeypatch):
+    """Renames, fsyncs, opens and unlinks of a pass (its swaps, the checkpoint, the removal of
+    ``.deleted`` files after ``file.delete.delay.ms``) can each block on a busy disk: none runs on the
+    loop's thread; the change of the log's segment list does."""
+    import asyncio
+    import threading
+
+    manager = _manager(tmp_path)
+    manager.cleaner.worker_kind = "thread"
+    plog = _topic(manager, segment_bytes=600, file_delete_delay_ms=1)
+    written = _fill(plog)
+    plog.roll()
+    cleaner = manager.cleaner
+    calls: list[tuple[str, int]] = []
+    recording = threading.Event()
+
+    def spy(name, fn):
+        def call(*args, **kwargs):
+            if recording.is_set():
+                calls.append((name, threading.get_ident()))
+            return fn(*args, **kwargs)
+        return call
+
+    for name in ("fsync", "rename", "replace", "unlink", "open"):
+        monkeypatch.setattr(os, name, spy(name, getattr(os, name)))
+    replace_segments = plog.replace_segments
+    monkeypatch.setattr(plog, "replace_segments", spy("replace_segments", replace_segments))
+
+    async def main():
+        loop_thread = threading.get_ident()
+        recording.set()
+        cleaner.start()
+        for _ in range(5000):  # until the pass checkpointed and its .deleted files are gone
+            if cleaner.first_dirty_offset(plog) > 0 and not [
+                    n for n in os.listdir(plog.directory) if n.endswith(".deleted")]:
+                break
+            await asyncio.sleep(0.002)
+        else:
+            raise AssertionError("the cleaner did not finish")
+        await cleaner.aclose()
+        recording.clear()
+        return loop_thread
+
+    loop_thread = asyncio_run(main())
+    on_loop = {name for name, thread in calls if thread == loop_thread}
+    assert on_loop == {"replace_segments"}, calls
+    assert {name for name, _ in calls} >= {"fsync", "rename", "replace", "unlink", "open", "replace_segments"}
+    assert _records(plog) == sorted((o, k, v) for k, (o, v) in _latest(written).items())
+    manager.close()
+
+
+def test_reads_during_a_swap_see_the_old_segments_until_the_list_changes(tmp_path):
+    """The swap held in its thread with the old segments' files renamed to ``.deleted`` and the new
+    ones not yet in place: reads on the loop (the records, the aborted transactions) see the old
+    segments whole, truncation is refused and retention waits; after the swap the log reads
+    cleaned."""
+    import asyncio
+    import threading
+
+    manager = _manager(tmp_path)
+    plog = _topic(manager)
+    txn = {"producer_id": 7, "producer_epoch": 0, "is_transactional": True}
+    _put(plog, [(b"a", b"aborted")], base_sequence=0, **txn)  # 0
+    _append(plog, build_end_txn_marker(commit=False, producer_id=7, producer_epoch=0, coordinator_epoch=0,
+                                       timestamp=NOW, base_offset=1))  # 1
+    plog.add_aborted_txn(AbortedTxn(7, 0, 1, 2))
+    for i in range(3):
+        _put(plog, [(b"b", b"%d" % i)])  # 2, 3, 4
+    plog.roll()
+    cleaner = manager.cleaner
+    cleaner.worker_kind = "thread"
+    old_segments = plog.segments
+    before = plog.read_bytes(0, 1 << 20)
+    reached, proceed = threading.Event(), threading.Event()
+
+    def hold(step):
+        if step == "old_deleted":
+            reached.set()
+            proceed.wait(10)
+
+    cleaner.crash_hook = hold
+
+    async def main():
+        task = asyncio.create_task(cleaner.clean_once())
+        await _until(reached)
+        names = os.listdir(plog.directory)
+        assert f"{0:020d}.log.deleted" in names and f"{0:020d}.log" not in names  # files half-moved
+        assert plog.segments == old_segments and plog.swap_in_progress
+        assert plog.read_bytes(0, 1 << 20) == before
+        assert plog.collect_aborted_transactions(0, 5) == [AbortedTxn(7, 0, 1, 2)]
+        assert plog.apply_retention() == 0
+        with pytest.raises(RuntimeError):
+            plog.truncate_to(3)
+        proceed.set()
+        assert await task
+        await cleaner.aclose()
+
+    asyncio_run(main())
+    assert not plog.swap_in_progress and plog.segments[0] is not old_segments[0]
+    assert [o for o, _, _ in _records(plog)] == [1, 4]  # the abort marker and b's latest
+    assert plog.collect_aborted_transactions(0, 5) == [AbortedTxn(7, 0, 1, 2)]  # the marker's entry
+    manager.close()
+
+
+def test_closing_the_cleaner_during_a_swaps_file_steps_waits_for_them_and_completes_the_swap(tmp_path):
+    """aclose while a swap's files move in the executor: the close waits for that step, the log's
+    list then takes the new segment (the list and the files agree), and the pass ends there."""
+    import asyncio
+    import threading
+
+    manager, plog, written = _compacted(tmp_path, worker="thread")
+    cleaner = manager.cleaner
+    first = plog.segments[0]
+    reached, proceed, finishing = threading.Event(), threading.Event(), threading.Event()
+
+    def hold(step):
+        if step == "old_deleted" and not reached.is_set():
+            reached.set()
+            proceed.wait(10)
+
+    cleaner.crash_hook = hold
+    finish = cleaner._finish_blocking_step
+
+    async def on_finish(work, done):
+        finishing.set()
+        await finish(work, done)
+
+    cleaner._finish_blocking_step = on_finish
+
+    async def main():
+        task = cleaner.start()
+        await _until(reached)
+        closing = asyncio.create_task(cleaner.aclose())
+        await _until(finishing)  # cancelled while the step still runs
+        assert not closing.done()
+        proceed.set()
+        await closing
+        assert task.cancelled()
+
+    asyncio_run(main())
+    assert not plog.swap_in_progress
+    names = os.listdir(plog.directory)
+    assert not [n for n in names if n.endswith((".cleaned", ".swap"))], names
+    for seg in plog.segments:  # each segment of the list is the file at its name
+        st, held = os.stat(seg.log_path), os.fstat(seg.file.fileno())
+        assert (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+    assert plog.segments[0] is not first  # the first swap's segment
+    assert _latest(_records(plog)) == _latest(written)
+    manager.close()
+
+
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
 def test_the_key_walk_gives_what_the_full_decode_gives(codec):
     import random
@@ -722,3 +873,50 @@ def test_a_full_disk_fails_the_pass_keeps_the_log_and_the_cleaner_retries(tmp_pa
     assert any("merging those that fit" in m for m in debug_log.messages)
     assert any("log cleaner worker thread" in m for m in debug_log.messages)
     manager.close()
+
+
+def test_an_io_error_in_the_middle_of_a_swap_takes_the_dir_offline_and_a_restart_recovers(tmp_path,
+                                                                                          monkeypatch):
+    """EIO on the third rename of a swap (some files moved, the segment list still the old one): the dir
+    goes offline as Kafka's LogDirFailureChannel does (appends answer KAFKA_STORAGE_ERROR), reads go on
+    from the open descriptors, and the next start completes or rolls back the swap: every key's latest
+    value is there, at its offset, once."""
+    import asyncio
+    import errno
+
+    from minibroker.errors import ErrorCode, KafkaError
+    from minibroker.storage import cleaner as cleaner_module
+
+    manager, plog, written = _compacted(tmp_path, worker="thread")
+    before = _records(plog)
+    renames = []
+    real_rename = os.rename
+
+    def failing_rename(src, dst):
+        renames.append(src)
+        if len(renames) == 3:
+            raise OSError(errno.EIO, "Input/output error")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(cleaner_module.os, "rename", failing_rename)
+
+    async def main():
+        with pytest.raises(OSError, match="Input/output error"):
+            await manager.cleaner.clean_once()
+
+    asyncio_run(main())
+    monkeypatch.undo()
+    assert len(renames) == 3 and manager.offline_dirs
+    with pytest.raises(KafkaError) as refused:
+        _put(plog, [(b"k-new", b"more")])
+    assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert _records(plog) == before  # still read through the segments the log had
+    manager.close()
+
+    reopened = _manager(tmp_path)
+    try:
+        rows = _records(reopened.get_log("t", 0))
+        assert len({offset for offset, _, _ in rows}) == len(rows)
+        assert _latest(rows) == _latest(written)
+    finally:
+        reopened.close()
