@@ -881,7 +881,6 @@ def test_an_io_error_in_the_middle_of_a_swap_takes_the_dir_offline_and_a_restart
     goes offline as Kafka's LogDirFailureChannel does (appends answer KAFKA_STORAGE_ERROR), reads go on
     from the open descriptors, and the next start completes or rolls back the swap: every key's latest
     value is there, at its offset, once."""
-    import asyncio
     import errno
 
     from minibroker.errors import ErrorCode, KafkaError
