@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from enum import IntEnum
@@ -370,7 +371,8 @@ _BROKER_KEYS = [
     _k("early.start.listeners", _STR, None, "Listeners started before recovery finishes.", no_effect=True),
     _k("broker.rack", _STR, None, "Rack of this broker, reported in Metadata.", no_effect=False),
     _k("log.dirs", _STR, "./minibroker-data",
-       "Directory holding the topic partitions and broker metadata (minibroker uses exactly one).",
+       "Comma-separated directories holding the topic partitions (JBOD: a new partition goes to the dir "
+       "holding the fewest); broker metadata lives in the first.",
        importance="high", kafka_default="null (log.dir is used)"),
     _k("log.dir", _STR, "./minibroker-data", "Data directory used when log.dirs is not set.",
        importance="high", kafka_default="/tmp/kafka-logs"),
@@ -599,6 +601,9 @@ _BROKER_KEYS = [
     _k("num.replica.fetchers", _INT, 1, "Replica fetcher threads.", dynamic=True, no_effect=True),
     _k("num.replica.alter.log.dirs.threads", _INT, None, "Threads moving replicas between dirs.",
        no_effect=True),
+    _k("replica.alter.log.dirs.io.max.bytes.per.second", _LONG, 9223372036854775807,
+       "Bytes per second a partition move between log dirs (AlterReplicaLogDirs) copies at most.",
+       validator=AtLeast(1), dynamic=True),
     _k("queued.max.requests", _INT, 500, "Requests queued before network threads block.",
        validator=AtLeast(1), no_effect=True),
     _k("queued.max.request.bytes", _LONG, -1,
@@ -1393,10 +1398,18 @@ class BrokerConfig:
 
     @property
     def data_dir(self) -> str:
-        """The one data directory: ``log.dirs`` if set anywhere, else ``log.dir``."""
+        """The first log dir, which holds the broker's metadata files (as Kafka's metadata.log.dir
+        defaults to the first of log.dirs)."""
+        return self.log_dirs[0]
+
+    @property
+    def log_dirs(self) -> list[str]:
+        """Every log dir: ``log.dirs`` if set anywhere, else ``log.dir`` (comma-separated)."""
         if self.source_of("log.dirs") != "default" or self.source_of("log.dir") == "default":
-            return self["log.dirs"].split(",")[0].strip()
-        return self["log.dir"].strip()
+            value = self["log.dirs"]
+        else:
+            value = self["log.dir"]
+        return [d.strip() for d in value.split(",") if d.strip()] or [value.strip()]
 
     def security_protocol_map(self) -> dict[str, str]:
         return parse_security_protocol_map(self["listener.security.protocol.map"])
@@ -1617,9 +1630,12 @@ def _check_cross_key(cfg: BrokerConfig) -> None:
     dirs_key = "log.dirs" if cfg.source_of("log.dirs") != "default" or cfg.source_of("log.dir") == "default" \
         else "log.dir"
     dirs = [d.strip() for d in cfg[dirs_key].split(",") if d.strip()]
-    if len(dirs) != 1:
-        raise ConfigError(f"Invalid value {cfg[dirs_key]!r} for configuration {dirs_key}: minibroker needs "
-                          "exactly one data directory")
+    if not dirs:
+        raise ConfigError(f"Invalid value {cfg[dirs_key]!r} for configuration {dirs_key}: no directory")
+    real = [os.path.realpath(d) for d in dirs]
+    if len(set(real)) != len(real):  # Kafka's LogManager refuses a dir named twice
+        raise ConfigError(f"Invalid value {cfg[dirs_key]!r} for configuration {dirs_key}: duplicate log "
+                          "directory")
     # Kafka's KafkaConfig.validateValues, for the socket server's keys
     queued, request_max = cfg["queued.max.request.bytes"], cfg["socket.request.max.bytes"]
     if queued > 0 and queued < request_max:

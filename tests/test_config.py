@@ -253,7 +253,7 @@ def test_effective_masks_passwords():
         ("listeners=FOO://:9093", "listener.security.protocol.map"),
         ("advertised.listeners=PLAINTEXT://0.0.0.0:9092", "non-routable"),
         ("advertised.listeners=OTHER://h:1", "advertised.listeners"),
-        ("log.dirs=/a,/b", "exactly one"),
+        ("log.dirs=/a,/b,/a/", "duplicate log directory"),
     ],
 )
 def test_invalid_values_name_the_key(override, fragment):
@@ -282,6 +282,8 @@ def test_log_dir_and_log_dirs():
     assert cfg().data_dir == "./minibroker-data"
     assert cfg("log.dir=/x").data_dir == "/x"
     assert cfg("log.dir=/x", "log.dirs=/y").data_dir == "/y"
+    assert cfg("log.dirs=/a, /b").log_dirs == ["/a", "/b"]
+    assert cfg("log.dirs=/a, /b").data_dir == "/a"
 
 
 def test_alias_log_segment_index_bytes():

@@ -4,15 +4,20 @@ Behaviour, per partition, checked in Kafka's ReplicaManager order: a topic name 
 replica's directory name (``<topic>-<partition>.<32 hex>-future`` over 255 characters) is
 INVALID_TOPIC_EXCEPTION; a destination that is not the absolute path of one of ``log.dirs`` (compared
 as sent, as Kafka compares it) is LOG_DIR_NOT_FOUND, an offline one KAFKA_STORAGE_ERROR; a partition
-this node does not host is REPLICA_NOT_AVAILABLE. A partition already in the destination dir answers
-NONE and nothing moves (Kafka's answer too). Results are grouped by topic. When the same partition is
-named under two dirs, the last one counts, as Kafka's map does.
+this node does not host is REPLICA_NOT_AVAILABLE, one whose current dir is offline KAFKA_STORAGE_ERROR.
+Otherwise NONE, and the move runs in the background as Kafka's: a future replica
+``<topic>-<partition>.<32 hex>-future`` in the destination is filled while the partition serves, then
+swapped in (appends paused for that step) and the old dir renamed ``-delete`` and removed after
+``file.delete.delay.ms`` (LogManager.move_partition, docs/storage.md "Several log dirs"). A partition
+already in the destination answers NONE and nothing moves; if it was being moved elsewhere, that move
+is cancelled (Kafka drops the future replica). DescribeLogDirs shows the future replica meanwhile.
+Results are grouped by topic. When the same partition is named under two dirs, the last one counts, as
+Kafka's map does.
 Authorization (with an authorizer), as Kafka: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED
 for every partition.
 Version notes: v2 is flexible.
-Gaps: minibroker serves one log dir (``log.dirs`` with several is refused at start), so no partition is
-ever moved between dirs (Kafka's future replica, ``<topic>-<partition>.<id>-future``, and swap); the log
-manager would answer KAFKA_STORAGE_ERROR for such a move. See docs/admin.md.
+Gaps: a move cut short by a restart is not resumed (Kafka resumes it): its future dir is discarded at
+start-up and the partition stays in its source dir; send the request again. See docs/admin.md.
 """
 
 from __future__ import annotations

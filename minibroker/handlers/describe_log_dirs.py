@@ -2,7 +2,9 @@
 
 Behaviour: one result per configured log dir (absolute path, even when it holds nothing), each
 listing the asked partitions it holds (null topics = every partition) with their size in bytes
-(all segment files), offset lag 0 and is_future_key false (there are no future replicas). Asked
+(all segment files), offset lag 0 and is_future_key false. A partition being moved to another dir
+(AlterReplicaLogDirs) is also listed under its destination as the future replica, as Kafka lists it:
+is_future_key true, the bytes copied so far, and as offset lag the offsets not yet copied. Asked
 partitions that do not exist are left out, as Kafka does.
 Authorization (with an authorizer): DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED (v3+; no
 results before), as Kafka.
@@ -44,7 +46,8 @@ def handle_describe_log_dirs(broker, header, request):
         return Struct(throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[])
     log_dirs = [os.path.abspath(d) for d in broker.logs.log_dirs]
     by_dir: dict[str, dict[str, list[Struct]]] = {d: {} for d in log_dirs}
-    for topic, partition in _wanted(broker, request.topics):
+    wanted = _wanted(broker, request.topics)
+    for topic, partition in wanted:
         try:
             plog = broker.logs.get_log(topic, partition)
         except KafkaError:
@@ -55,6 +58,12 @@ def handle_describe_log_dirs(broker, header, request):
                 partition_index=partition, partition_size=plog.size_bytes, offset_lag=0, is_future_key=False
             )
         )
+    moving = set(wanted)
+    for topic, partition, destination, size, lag in broker.logs.future_replicas():
+        if (topic, partition) in moving:
+            by_dir.setdefault(destination, {}).setdefault(topic, []).append(
+                Struct(partition_index=partition, partition_size=size, offset_lag=lag, is_future_key=True)
+            )
     results = []
     offline = broker.logs.offline_dirs
     for d, topics in by_dir.items():

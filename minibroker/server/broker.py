@@ -76,6 +76,7 @@ class Broker:
         t0 = time.perf_counter()
         from minibroker.handlers import load_handlers
         from minibroker.storage import LogManager
+        from minibroker.storage.log_manager import LogDirConflictError
 
         load_handlers()
         if self.config.source_of("log.message.format.version") != "default":
@@ -98,7 +99,7 @@ class Broker:
             path = os.path.join(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE)
             raise TlsConfigError(f"{exc}; the dynamic broker configs are kept in {path} (AlterConfigs can "
                                  "change them only while the broker runs)") from None
-        log_dirs = [self.config.data_dir]
+        log_dirs = self.config.log_dirs
         self.logs = LogManager(log_dirs, self.config, self.node_id)
         try:
             self.logs.lock()  # raises LogDirLockedError naming the dir and the holder's pid
@@ -120,7 +121,7 @@ class Broker:
             with StartupProgress("loading logs", log) as progress:  # a line every 5 s while recovery is slow
                 try:
                     self.logs.load(progress=progress.update)
-                except LogDirError:
+                except (LogDirError, LogDirConflictError):
                     raise
                 except OSError as exc:  # e.g. a read-only dir: meta.properties cannot be written
                     raise self._log_dir_error(exc) from exc
@@ -172,6 +173,10 @@ class Broker:
         key = "log.dirs" if (config.source_of("log.dirs") != "default"
                              or config.source_of("log.dir") == "default") else "log.dir"
         path = os.path.abspath(config.data_dir)
+        failed = os.path.abspath(str(exc.filename)) if exc.filename else ""
+        for d in map(os.path.abspath, config.log_dirs):  # with several log dirs: the one that failed
+            if failed == d or failed.startswith(d + os.sep):
+                path = d
         detail = exc.strerror or str(exc)
         if os.path.exists(path) and not os.path.isdir(path):
             detail = "a file is there, not a directory"

@@ -1011,6 +1011,7 @@ class LogCleaner:
         for plog in self.log_manager.logs():
             if (plog.closed or plog.offline_reason is not None or plog.read_only
                     or (plog.topic, plog.partition) in self._skipped
+                    or self.log_manager.is_moving(plog.topic, plog.partition)  # to another log dir
                     or "compact" not in str(plog.config.get("cleanup.policy", ""))):
                 continue
             yield plog

@@ -11,11 +11,19 @@ Owner: the event loop thread. ``start_retention`` runs one background task that 
 ``log.retention.check.interval.ms`` and writes checkpoints every
 ``log.flush.offset.checkpoint.interval.ms``; it also starts the ``LogCleaner`` (storage/cleaner.py) of
 compacted logs, which keeps ``cleaner-offset-checkpoint`` at each log dir root.
+
+Several log dirs (JBOD): each locked, with its own ``meta.properties`` (one cluster and node id, else
+start-up is refused) and checkpoints; a new partition goes to the online dir holding the fewest; a
+failed dir goes offline alone. ``move_partition`` (AlterReplicaLogDirs) moves a partition to another
+dir through a ``-future`` copy (storage/log_dir_move.py) swapped in on the loop; start-up settles what
+a crash left (``_settle_duplicates``, discarded ``-future`` dirs). See docs/storage.md, "Several log dirs".
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import functools
 import json
 import logging
 import os
@@ -26,17 +34,41 @@ from typing import Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import checkpoints as ckpt
+from minibroker.storage import log_dir_move as mv
 from minibroker.storage.dir_lock import LogDirLock
 from minibroker.storage.partition_log import PartitionLog
 from minibroker.storage.topic_config import broker_setting, effective_topic_config
 
-__all__ = ["LogManager", "TopicInfo", "TOPICS_FILE"]
+__all__ = ["LogDirConflictError", "LogManager", "TopicInfo", "TOPICS_FILE"]
 
 log = logging.getLogger(__name__)
 
 TOPICS_FILE = "minibroker-topics.json"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _SKIPPED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+
+
+# A move's final step (on the loop, appends paused) copies at most about this much; more is left to
+# another round in the worker thread, up to _MOVE_MAX_ROUNDS rounds.
+_MOVE_FINAL_BYTES = 4 << 20
+_MOVE_MAX_ROUNDS = 50
+
+
+class LogDirConflictError(OSError):
+    """The log dirs disagree (cluster or node id, a partition in two dirs): start-up is refused."""
+
+
+class _Move:
+    """A partition's move to another log dir in progress (LogManager._move)."""
+
+    def __init__(self, topic: str, partition: int, source: str, destination: str, plog: PartitionLog):
+        self.topic, self.partition = topic, partition
+        self.source, self.destination = source, destination
+        self.plog = plog
+        self.copy: mv.MoveCopy | None = None
+        self.copied_offset = 0  # every offset below it is in the future dir
+        self.cancelled = False
+        self.task: asyncio.Task | None = None
 
 
 class TopicInfo(NamedTuple):
@@ -71,6 +103,9 @@ class LogManager:
         # Log dirs a write failed in (full disk, I/O error, read-only file system) -> why. Their
         # partitions answer KAFKA_STORAGE_ERROR to appends and keep serving reads, until a restart.
         self.offline_dirs: dict[str, str] = {}
+        self._moves: dict[tuple[str, int], _Move] = {}  # AlterReplicaLogDirs moves in progress
+        self._move_crash = mv.move_crash_hook_from_env()  # tests: MINIBROKER_MOVE_CRASH_AT
+        self._delayed_deletes: list[asyncio.TimerHandle] = []  # moved partitions' old "-delete" dirs
 
     # ---- locking ------------------------------------------------------------------------------
     def lock(self) -> None:
@@ -99,7 +134,7 @@ class LogManager:
         opened, from this thread; it must be cheap and must not raise (the broker's startup progress
         line uses it while recovery of many segments runs)."""
         started = time.monotonic()
-        cluster_ids = set()
+        cluster_ids: dict[str, list[str]] = {}  # cluster id -> the dirs that say so
         new_dirs = 0
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
@@ -108,15 +143,17 @@ class LogManager:
                 new_dirs += 1
                 continue
             if "node.id" in props and int(props["node.id"]) != self.node_id:
-                raise KafkaError(
-                    ErrorCode.KAFKA_STORAGE_ERROR,
-                    f"{d} belongs to node {props['node.id']}, this is node {self.node_id}",
+                raise LogDirConflictError(
+                    f"log dir {d} belongs to node {props['node.id']} ({ckpt.META_PROPERTIES}), this is node "
+                    f"{self.node_id}"
                 )
             if props.get("cluster.id"):
-                cluster_ids.add(props["cluster.id"])
-        if len(cluster_ids) > 1:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dirs disagree on cluster id: {cluster_ids}")
-        self._cluster_id = cluster_ids.pop() if cluster_ids else ckpt.uuid_to_str(ckpt.random_uuid())
+                cluster_ids.setdefault(props["cluster.id"], []).append(d)
+        if len(cluster_ids) > 1:  # as Kafka's meta.properties ensemble check: refuse to start
+            said = "; ".join(f"{', '.join(dirs)}: cluster.id={cid}" for cid, dirs in cluster_ids.items())
+            raise LogDirConflictError(f"the log dirs belong to different clusters ({ckpt.META_PROPERTIES}: "
+                                      f"{said}); every dir of log.dirs must hold this node's data")
+        self._cluster_id = next(iter(cluster_ids)) if cluster_ids else ckpt.uuid_to_str(ckpt.random_uuid())
         for d in self.log_dirs:
             path = os.path.join(d, ckpt.META_PROPERTIES)
             props = ckpt.read_properties(path)
@@ -131,25 +168,33 @@ class LogManager:
         self._topics = self._read_topics_file()
         clean_dirs = {d: os.path.exists(os.path.join(d, ckpt.CLEAN_SHUTDOWN_FILE)) for d in self.log_dirs}
         self.had_clean_shutdown = all(clean_dirs.values())
-        found: dict[tuple[str, int], tuple[str, str]] = {}  # (topic, p) -> (log dir, partition dir)
+        candidates: dict[tuple[str, int], list[tuple[str, str]]] = {}  # (topic, p) -> [(log dir, dir)]
+        futures: list[tuple[tuple[str, int], str]] = []
         for d in self.log_dirs:
-            for name in os.listdir(d):
+            for name in sorted(os.listdir(d)):
                 full = os.path.join(d, name)
                 if not os.path.isdir(full):
                     continue
                 if name.endswith(_SKIPPED_DIR_SUFFIXES) or "-" not in name:
                     if name.endswith("-delete"):
                         _rmtree(full)
+                    elif (key := mv.parse_future_dir(name)) is not None:
+                        futures.append((key, full))
                     continue
                 topic, _, part = name.rpartition("-")
                 if not part.isdigit():
                     continue
-                if (topic, int(part)) in found:
-                    log.error(
-                        "partition %s exists in two log dirs; using %s", name, found[(topic, int(part))][0]
-                    )
-                    continue
-                found[(topic, int(part))] = (d, full)
+                candidates.setdefault((topic, int(part)), []).append((d, full))
+        found = {key: self._settle_duplicates(key, where) for key, where in candidates.items()}
+        for key, full in futures:  # moves that did not commit: the source dir is intact
+            if key in found:
+                log.warning("discarding %s: the move of %s-%d to %s did not finish before the last "
+                            "shutdown; the partition stays in %s (send AlterReplicaLogDirs again)",
+                            full, key[0], key[1], os.path.dirname(full), found[key][0])
+                _rmtree(full)
+            else:
+                log.error("%s is a partition move's copy, but %s-%d is in no log dir: left as it is, not "
+                          "served", full, key[0], key[1])
         # Topics only known from their directories (e.g. the topics file was lost): adopt them.
         for (topic, _partition), (_d, full) in sorted(found.items()):
             if topic in self._topics:
@@ -214,6 +259,42 @@ class LogManager:
             if self.had_clean_shutdown
             else "unclean",
         )
+
+    def _settle_duplicates(self, key: tuple[str, int], where: list[tuple[str, str]]) -> tuple[str, str]:
+        """The one dir of a partition found in ``where`` (one or more (log dir, partition dir)).
+
+        Two copies, one holding ``MOVED_FROM_FILE`` naming the other's log dir and the other's last
+        segment as it was at the commit: a move committed (the copy was complete and fsynced before
+        its rename) and then stopped before the source was renamed away: the moved copy wins, the
+        source goes. Any other duplicate (a source written to after the marker was made, too) refuses
+        start-up, naming the dirs, as Kafka's LogManager does: which one holds the data is not known."""
+        marks = {full: _read_moved_from(full) for _, full in where}
+        if len(where) == 2:
+            (d1, full1), (d2, full2) = where
+            winner = loser = None
+            if marks[full1] == (d2, _last_segment(full2)) and marks[full2] is None:
+                winner, loser = (d1, full1), full2
+            elif marks[full2] == (d1, _last_segment(full1)) and marks[full1] is None:
+                winner, loser = (d2, full2), full1
+            if winner is not None:
+                log.warning("%s-%d: found in %s and %s; its move to %s had committed: removing %s",
+                            key[0], key[1], d1, d2, winner[0], loser)
+                doomed = os.path.join(os.path.dirname(loser),
+                                      mv.delete_dir_name(key[0], key[1], os.urandom(16).hex()))
+                os.rename(loser, doomed)
+                ckpt.fsync_dir(os.path.dirname(loser))
+                _rmtree(doomed)
+                _drop_moved_from(winner[1])
+                return winner
+        if len(where) > 1:
+            raise LogDirConflictError(
+                f"partition {key[0]}-{key[1]} is in several log dirs: {', '.join(f for _, f in where)}. "
+                "A log dir failure during a partition move can cause this; delete the copy in the dir "
+                "that failed (keep the other) and start again"
+            )
+        if marks[where[0][1]] is not None:
+            _drop_moved_from(where[0][1])  # its move finished; only the marker was left
+        return where[0]
 
     def _open_log(self, d, full, topic, partition, info, starts, recovery, clean) -> PartitionLog | None:
         """Open (recovering if need be) one partition. A write that fails on the way (a full
@@ -348,17 +429,250 @@ class LogManager:
         """The log dir holding the partition, None when it is not here."""
         return self._dir_of.get((topic, partition))
 
+    # ---- moves between log dirs (AlterReplicaLogDirs) -------------------------------------------
     def move_partition(self, topic: str, partition: int, destination: str) -> None:
-        """Place the partition in log dir ``destination`` (one of ``log_dirs``, online): nothing to do
-        when it is there already. REPLICA_NOT_AVAILABLE for a partition not here, as Kafka answers.
-        Moving between dirs (Kafka's future replica and swap) is not served: KAFKA_STORAGE_ERROR. The
-        broker runs one log dir, so AlterReplicaLogDirs never asks for such a move (docs/admin.md)."""
-        current = self._dir_of.get((topic, partition))
-        if current is None:
+        """Place the partition in log dir ``destination`` (one of ``log_dirs``, online), as Kafka's
+        ReplicaManager.alterReplicaLogDirs: nothing to do when it is there already (a move elsewhere
+        in progress is then cancelled, as Kafka drops the future replica); otherwise a move starts
+        (or goes on, when it was asked already) in the background: the future replica is filled
+        while the partition serves, then swapped in (``_move``). REPLICA_NOT_AVAILABLE for a
+        partition not here, KAFKA_STORAGE_ERROR when its current dir is offline."""
+        key = (topic, partition)
+        current = self._dir_of.get(key)
+        plog = self._logs.get(key)
+        if current is None or plog is None:
             raise KafkaError(ErrorCode.REPLICA_NOT_AVAILABLE, f"{topic}-{partition} is not here")
-        if current != destination:
+        if destination not in self.log_dirs:
+            raise KafkaError(ErrorCode.LOG_DIR_NOT_FOUND, f"{destination} is not one of log.dirs")
+        if destination in self.offline_dirs:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, self.offline_dirs[destination])
+        running = self._moves.get(key)
+        if running is not None:
+            if running.destination == destination:
+                return
+            self._stop_move(key, "another destination was asked for")
+        if current == destination:
+            return
+        if plog.offline_reason is not None or plog.read_only:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"moving {topic}-{partition} from {current} to {destination} is not served")
+                             plog.offline_reason or f"{topic}-{partition} is read-only")
+        move = _Move(topic, partition, current, destination, plog)
+        self._moves[key] = move
+        move.task = asyncio.get_running_loop().create_task(self._move(move), name=f"move-{topic}-{partition}")
+
+    def is_moving(self, topic: str, partition: int) -> bool:
+        """A move of the partition to another log dir is in progress: the log cleaner leaves it alone
+        (its swaps would only make the copy start over)."""
+        return (topic, partition) in self._moves
+
+    def future_replicas(self) -> list[tuple[str, int, str, int, int]]:
+        """(topic, partition, destination dir, bytes copied, offset lag) of every move in progress, for
+        DescribeLogDirs' future replicas (is_future_key)."""
+        out = []
+        for (topic, partition), move in sorted(self._moves.items()):
+            lag = max(0, move.plog.log_end_offset - move.copied_offset) if not move.plog.closed else 0
+            size = sum(c.size for c in move.copy.copied.values()) if move.copy is not None else 0
+            out.append((topic, partition, move.destination, size, lag))
+        return out
+
+    def _stop_move(self, key: tuple[str, int], why: str) -> None:
+        move = self._moves.pop(key, None)
+        if move is None:
+            return
+        log.info("%s-%d: move to %s cancelled: %s", key[0], key[1], move.destination, why)
+        move.cancelled = True
+        if move.copy is not None:
+            move.copy.stop.set()  # the copy thread stops at its next chunk; the task removes the copy
+
+    def _move_rate(self) -> float:
+        try:
+            rate = float(self.config.get("replica.alter.log.dirs.io.max.bytes.per.second") or 0)
+        except (TypeError, ValueError):
+            rate = 0.0
+        return rate if 0 < rate < 2**63 - 1 else float("inf")
+
+    def _crash_step(self, step: str) -> None:
+        if self._move_crash is not None:
+            self._move_crash(step)
+
+    async def _move(self, move: _Move) -> None:
+        """One move: copy rounds in a worker thread until little is left, then the swap on the loop."""
+        key = (move.topic, move.partition)
+        loop = asyncio.get_running_loop()
+        future = os.path.join(move.destination,
+                              mv.future_dir_name(move.topic, move.partition, os.urandom(16).hex()))
+        source = move.plog.directory
+        committed = False
+        log.info("%s-%d: moving from %s to %s (future replica %s)", move.topic, move.partition, move.source,
+                 move.destination, future)
+        try:
+            try:
+                os.makedirs(future)
+                ckpt.fsync_dir(move.destination)
+            except OSError as exc:
+                raise mv.DestinationError(exc.errno, f"{future}: {exc.strerror}") from exc
+            move.copy = mv.MoveCopy(source, future, rate=self._move_rate())
+            self._crash_step("future_created")
+            rounds = 0
+            while True:
+                self._check_move(move)
+                active_base = move.plog.segments[-1].base_offset
+                target = move.plog.log_end_offset
+                move.copy.rate = self._move_rate()
+                copied = await loop.run_in_executor(None, functools.partial(
+                    move.copy.copy_round, active_base, final=False))
+                move.copied_offset = target
+                rounds += 1
+                if rounds == 1:
+                    self._crash_step("copied")
+                self._check_move(move)
+                if copied > _MOVE_FINAL_BYTES and rounds < _MOVE_MAX_ROUNDS:
+                    continue
+                if move.plog.swap_in_progress:  # a cleaner swap's files are moving: not now
+                    await asyncio.sleep(0.05)
+                    continue
+                active_base = move.plog.segments[-1].base_offset
+                last_chance = rounds >= _MOVE_MAX_ROUNDS
+                if move.copy.pending_bytes(active_base) > _MOVE_FINAL_BYTES and not last_chance:
+                    continue
+                sealed = move.plog.sealed_unflushed()
+                if sealed and not last_chance:  # fsynced off the loop: the final step's close flushes less
+                    failed = await asyncio.to_thread(_fsync_files, [seg.file for seg in sealed])
+                    if failed:
+                        self._storage_error_from(move.plog, next(iter(failed.values())))
+                    elif not move.plog.closed:
+                        move.plog.mark_flushed(sealed)
+                    continue
+                committed = self._swap_in_future(move, future, active_base)
+                return
+        except mv.MoveStopped:
+            pass
+        except asyncio.CancelledError:  # the broker stops: the next start discards the future dir
+            if move.copy is not None:
+                move.copy.stop.set()
+            committed = True  # (nothing to remove now: the copy thread may still be writing there)
+            raise
+        except mv.DestinationError as exc:
+            self.dir_failed(move.destination, exc, f"moving {move.topic}-{move.partition} into it")
+        except OSError as exc:
+            log.error("%s-%d: move to %s failed reading %s: %s; the partition stays there", move.topic,
+                      move.partition, move.destination, source, exc)
+        except Exception:
+            log.exception("%s-%d: move to %s failed; the partition stays in %s", move.topic, move.partition,
+                          move.destination, move.source)
+        finally:
+            if self._moves.get(key) is move:
+                del self._moves[key]
+            if not committed:
+                await loop.run_in_executor(None, _rmtree, future)
+
+    def _check_move(self, move: _Move) -> None:
+        key = (move.topic, move.partition)
+        if move.cancelled or self._logs.get(key) is not move.plog or move.plog.closed:
+            raise mv.MoveStopped()
+        if move.source in self.offline_dirs or move.plog.offline_reason is not None:
+            raise mv.MoveStopped()
+        if move.destination in self.offline_dirs:
+            raise mv.MoveStopped()
+
+    def _swap_in_future(self, move: _Move, future: str, active_base: int) -> bool:
+        """The final step, on the loop in one go, so no append comes in: close the current log, copy
+        what changed since the last round (the active segment's tail, its trimmed indexes), fsync;
+        write the destination's checkpoints (with this partition) and the marker; rename the future
+        dir to ``<topic>-<partition>`` (the commit point), rename the source ``-delete`` (removed after
+        file.delete.delay.ms), open the log from its new dir. Returns True once committed."""
+        topic, partition, plog = move.topic, move.partition, move.plog
+        key = (topic, partition)
+        started = time.monotonic()
+        source, real = plog.directory, os.path.join(move.destination, f"{topic}-{partition}")
+        info = self._topics[topic]
+        log_start = plog.log_start_offset
+        listeners = list(plog._listeners)
+        try:
+            plog.close()  # flushes: the source is complete on disk and its indexes trimmed
+        except OSError as exc:
+            self.dir_failed(move.source, exc, f"closing {topic}-{partition} for its move")
+            self._reopen(key, move.source, source, info, log_start, plog.recovery_point, clean=False,
+                         listeners=listeners)
+            return False
+        try:
+            move.copy.copy_round(active_base, final=True, throttle=False)
+            if os.path.exists(real):
+                raise mv.DestinationError(errno.EEXIST, f"{real} exists")
+            self._write_dir_checkpoint(move.destination, ckpt.RECOVERY_POINT_CHECKPOINT,
+                                       lambda p: p.recovery_point, extra={key: plog.log_end_offset})
+            self._write_dir_checkpoint(move.destination, ckpt.LOG_START_OFFSET_CHECKPOINT,
+                                       lambda p: p.log_start_offset, extra={key: log_start})
+            if move.destination in self.offline_dirs:
+                raise mv.DestinationError(errno.EIO, self.offline_dirs[move.destination])
+            try:
+                last = plog.segments[-1]  # the source as it is at the commit (see _settle_duplicates)
+                ckpt.write_atomically(os.path.join(future, mv.MOVED_FROM_FILE),
+                                      f"{move.source}\n{last.base_offset} {last.size}\n")
+            except OSError as exc:
+                raise mv.DestinationError(exc.errno, str(exc)) from exc
+            self._crash_step("future_complete")
+            try:
+                os.rename(future, real)
+            except OSError as exc:
+                raise mv.DestinationError(exc.errno, str(exc)) from exc
+            try:
+                ckpt.fsync_dir(move.destination)
+            except OSError as exc:  # the rename may not last: undo it, the source serves on
+                try:
+                    os.rename(real, future)
+                except OSError:  # the marker no longer matches the source once it is appended to
+                    pass
+                raise mv.DestinationError(exc.errno, str(exc)) from exc
+        except (mv.DestinationError, mv.MoveStopped, OSError) as exc:
+            if isinstance(exc, mv.DestinationError):
+                self.dir_failed(move.destination, exc, f"moving {topic}-{partition} into it")
+            else:
+                log.error("%s-%d: move to %s failed: %s; the partition stays in %s", topic, partition,
+                          move.destination, exc, move.source)
+            self._reopen(key, move.source, source, info, log_start, plog.log_end_offset, clean=True,
+                         listeners=listeners)
+            return False
+        # Committed: the new dir is complete and named; the source is stale from here on.
+        self._crash_step("future_renamed")
+        doomed = os.path.join(move.source, mv.delete_dir_name(topic, partition, os.urandom(16).hex()))
+        try:
+            os.rename(source, doomed)
+            ckpt.fsync_dir(move.source)
+        except OSError as exc:  # the marker settles the two copies at the next start
+            self.dir_failed(move.source, exc, f"renaming {source} after its move")
+            doomed = None
+        self._crash_step("source_renamed")
+        self._reopen(key, move.destination, real, info, log_start, plog.log_end_offset, clean=True,
+                     listeners=listeners)
+        if doomed is not None:
+            _drop_moved_from(real)
+        self.write_checkpoints()
+        if doomed is not None:
+            delay = float(plog.config.get("file.delete.delay.ms", 60000)) / 1000
+            loop = asyncio.get_running_loop()
+            handle = loop.call_later(max(0.0, delay), self._delete_later, doomed)
+            self._delayed_deletes.append(handle)
+        log.info("%s-%d: moved from %s to %s (%d bytes copied; final step %.1f ms with appends paused)",
+                 topic, partition, move.source, move.destination, move.copy.bytes_copied,
+                 (time.monotonic() - started) * 1000)
+        self._crash_step("swap_done")
+        return True
+
+    def _delete_later(self, path: str) -> None:
+        asyncio.get_running_loop().run_in_executor(None, _rmtree, path)
+
+    def _reopen(self, key, d, full, info, log_start, recovery_point, *, clean, listeners) -> None:
+        """Open ``full`` as the partition's log in dir ``d`` (read-only when ``d`` is offline)."""
+        topic, partition = key
+        plog = self._open_log(d, full, topic, partition, info, {key: log_start}, {key: recovery_point}, clean)
+        if plog is None:
+            self._logs.pop(key, None)
+            self._dir_of.pop(key, None)
+            return
+        self._register(plog, d)
+        for callback in listeners:
+            plog.add_append_listener(callback)
 
     def default_topic_config(self) -> dict[str, Any]:
         return effective_topic_config(self.config)
@@ -459,6 +773,7 @@ class LogManager:
             self._topics[name] = info
             raise
         for partition in range(info.partitions):
+            self._stop_move((name, partition), "the topic was deleted")
             plog = self._logs.pop((name, partition), None)
             self._dir_of.pop((name, partition), None)
             if plog is not None:
@@ -528,10 +843,11 @@ class LogManager:
             self._write_dir_checkpoint(d, ckpt.LOG_START_OFFSET_CHECKPOINT, lambda p: p.log_start_offset)
 
     # ---- checkpoints and upkeep ---------------------------------------------------------------
-    def _write_dir_checkpoint(self, d: str, name: str, value) -> None:
+    def _write_dir_checkpoint(self, d: str, name: str, value, extra: Mapping | None = None) -> None:
         if d in self.offline_dirs:
             return  # its checkpoints stay as last written: a restart recovers from there
         offsets = {key: value(plog) for key, plog in self._logs.items() if self._dir_of[key] == d}
+        offsets.update(extra or {})  # a partition moving in (LogManager._swap_in_future)
         try:
             ckpt.write_offset_checkpoint(os.path.join(d, name), offsets)
         except OSError as exc:
@@ -616,7 +932,27 @@ class LogManager:
                 pass
         if self.cleaner is not None:
             await self.cleaner.aclose()
+        moving = [m.task for m in self._moves.values() if m.task is not None]
+        self._cancel_moves()
+        for move_task in moving:
+            try:
+                await move_task
+            except asyncio.CancelledError:
+                pass
         self.close()
+
+    def _cancel_moves(self) -> None:
+        """Stop every move (its future dir is discarded at the next start) and the delayed removals of
+        moved partitions' old dirs (done at the next start)."""
+        for move in list(self._moves.values()):
+            if move.copy is not None:
+                move.copy.stop.set()
+            if move.task is not None:
+                move.task.cancel()
+        self._moves.clear()
+        for handle in self._delayed_deletes:
+            handle.cancel()
+        self._delayed_deletes = []
 
     def close(self) -> None:
         """Flush and close every log, write checkpoints and the clean-shutdown markers."""
@@ -625,6 +961,7 @@ class LogManager:
             self._task = None
         if self.cleaner is not None:
             self.cleaner.stop()
+        self._cancel_moves()
         if not self._loaded:
             self.unlock()
             return
@@ -679,6 +1016,41 @@ def _fsync_files(files, dirs=()) -> dict:
         except OSError as exc:
             failed[d] = exc
     return failed
+
+
+def _read_moved_from(partition_dir: str) -> tuple[str, tuple[int, int]] | None:
+    """A moved partition's marker (log_dir_move.MOVED_FROM_FILE): the source log dir and the (base
+    offset, size) of the source's last segment at the commit; None when absent or unreadable."""
+    try:
+        with open(os.path.join(partition_dir, mv.MOVED_FROM_FILE), encoding="utf-8") as f:
+            source, last = f.read().splitlines()[:2]
+        base, size = (int(x) for x in last.split())
+        return source, (base, size)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _last_segment(partition_dir: str) -> tuple[int, int] | None:
+    """(base offset, size) of the last ``.log`` file in a partition dir."""
+    try:
+        bases = [int(n[:20]) for n in os.listdir(partition_dir)
+                 if n.endswith(".log") and len(n) == 24 and n[:20].isdigit()]
+        if not bases:
+            return None
+        last = max(bases)
+        return last, os.path.getsize(os.path.join(partition_dir, f"{last:020d}.log"))
+    except OSError:
+        return None
+
+
+def _drop_moved_from(partition_dir: str) -> None:
+    try:
+        os.unlink(os.path.join(partition_dir, mv.MOVED_FROM_FILE))
+        ckpt.fsync_dir(partition_dir)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("could not remove %s from %s: %s", mv.MOVED_FROM_FILE, partition_dir, exc)
 
 
 def _rmtree(path: str) -> None:

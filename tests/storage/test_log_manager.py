@@ -12,6 +12,7 @@ from conftest import append_v2
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import TOPICS_FILE, LogManager
+from minibroker.storage.log_manager import LogDirConflictError
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def test_meta_properties_and_cluster_id(data_dir):
     assert props == {"cluster.id": cluster_id, "node.id": "7", "version": "1"}
     m.close()
     assert open_manager(data_dir, node_id=7).cluster_id == cluster_id
-    with pytest.raises(KafkaError):
+    with pytest.raises(LogDirConflictError, match="belongs to node 7"):  # start-up refused, naming the dir
         open_manager(data_dir, node_id=8)
 
 
