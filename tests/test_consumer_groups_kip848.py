@@ -242,10 +242,13 @@ def test_wire_epochs_and_errors(broker):
         assert client.request(8, 9, commit).topics[0].partitions[0].error_code == 0
         commit.member_id = "stranger"
         assert client.request(8, 9, commit).topics[0].partitions[0].error_code == E.UNKNOWN_MEMBER_ID
-        # a classic member cannot join a consumer group with members
+        # a classic member joining a consumer group with members is served (online migration,
+        # tests/test_group_migration.py): first MEMBER_ID_REQUIRED, as Kafka; another protocol type is 23
         join = Struct(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="",
                       group_instance_id=None, protocol_type="consumer",
                       protocols=[Struct(name="range", metadata=bytes(8))], reason=None)
+        assert client.request(11, 5, join).error_code == E.MEMBER_ID_REQUIRED
+        join.protocol_type = "connect"
         assert client.request(11, 5, join).error_code == E.INCONSISTENT_GROUP_PROTOCOL
         # ListGroups v5 and ConsumerGroupDescribe
         listed = client.request(16, 5, Struct(states_filter=[], types_filter=["consumer"]))

@@ -1,5 +1,6 @@
 """Features minibroker does not serve fail at once, non-retriably, with the answer Kafka gives when the
-feature is off and a message naming it: share groups, group configs (issue 14, item 5). Transactions
+feature is off and a message naming it: share groups, client-metrics config resources (issue 14, item 5;
+group configs are served now, tests/test_group_configs.py). Transactions
 used to be here; they are served now (issue 17, tests/test_transactions.py)."""
 
 from __future__ import annotations
@@ -61,25 +62,8 @@ def test_init_producer_id_on_the_wire(minibroker, version):
         assert error == 0 and producer_id >= 0
 
 
-def test_group_config_resources_fail_fast_naming_the_feature(minibroker):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-    from confluent_kafka.admin import (
-        AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
-    )
-
-    admin = AdminClient({"bootstrap.servers": minibroker.bootstrap_servers})
-    change = ConfigResource(ResourceType.GROUP, "g1", incremental_configs=[
-        ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)])
-    group = ConfigResource(ResourceType.GROUP, "g1")
-    for future in (admin.incremental_alter_configs([change])[change], admin.describe_configs([group])[group]):
-        with pytest.raises(confluent_kafka.KafkaException) as exc:
-            future.result(10)
-        assert exc.value.args[0].code() == confluent_kafka.KafkaError.INVALID_REQUEST
-        assert "Group configs are not supported by this broker" in exc.value.args[0].str()
+def test_client_metrics_config_resources_fail_fast_naming_the_feature(minibroker):
+    # GROUP config resources are served (tests/test_group_configs.py)
     with WireClient(minibroker.host, minibroker.port) as wire:
         resource = {"resource_type": 16, "resource_name": "m", "configs": []}
         for api, body in ((ALTER_CONFIGS, {"resources": [resource], "validate_only": False}),
@@ -88,7 +72,11 @@ def test_group_config_resources_fail_fast_naming_the_feature(minibroker):
             assert result.error_code == 42
             assert result.error_message == ("Unsupported resource type: 16. "
                                             "Client metrics subscriptions are not supported by this broker")
-        r = wire.request(DESCRIBE_CONFIGS, 4, {"resources": [{"resource_type": 32, "resource_name": "g",
+        r = wire.request(DESCRIBE_CONFIGS, 4, {"resources": [{"resource_type": 16, "resource_name": "m",
                                                              "configuration_keys": None}],
                                                "include_synonyms": False, "include_documentation": False})
-        assert r.results[0].error_code == 42 and "Group configs" in r.results[0].error_message
+        assert r.results[0].error_code == 42 and "Client metrics" in r.results[0].error_message
+        group = {"resource_type": 32, "resource_name": "g", "configs": [
+            {"name": "consumer.session.timeout.ms", "value": "50000"}]}  # served, as in Kafka 4
+        (result,) = wire.request(ALTER_CONFIGS, 1, {"resources": [group], "validate_only": True}).responses
+        assert result.error_code == 0

@@ -16,7 +16,7 @@ import copy
 import re
 from enum import IntEnum
 
-from minibroker.coordinator.group_records import OffsetCommitValue
+from minibroker.coordinator.group_records import ClassicMemberMetadata, OffsetCommitValue
 
 TopicAssignment = dict[bytes, set[int]]
 
@@ -51,6 +51,8 @@ class ConsumerMember:
         self.state = MemberState.STABLE
         self.assigned: TopicAssignment = {}
         self.pending_revocation: TopicAssignment = {}
+        # a member speaking the classic protocol inside this group (online migration), else None
+        self.classic: ClassicMemberMetadata | None = None
 
     def __repr__(self) -> str:
         return f"ConsumerMember({self.member_id!r}, epoch={self.member_epoch}, {self.state.name})"
@@ -59,7 +61,7 @@ class ConsumerMember:
         """What a MemberMetadata record holds: a change is written."""
         return (self.instance_id, self.rack_id, self.client_id, self.client_host,
                 tuple(self.subscribed_topic_names), self.subscribed_topic_regex, self.rebalance_timeout_ms,
-                self.server_assignor)
+                self.server_assignor, self.classic)
 
     def assignment_key(self) -> tuple:
         """What a CurrentMemberAssignment record holds."""

@@ -36,6 +36,14 @@ from minibroker.coordinator.consumer_group import (
     reconcile,
     same_assignment,
 )
+from minibroker.coordinator.consumer_protocol import (
+    PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    protocol_version,
+)
 from minibroker.coordinator.group_records import (
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
     CONSUMER_GROUP_MEMBER_METADATA,
@@ -43,6 +51,7 @@ from minibroker.coordinator.group_records import (
     CONSUMER_GROUP_PARTITION_METADATA,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    ClassicMemberMetadata,
     CurrentAssignmentValue,
     MemberMetadataValue,
     encode_consumer_group_key,
@@ -96,7 +105,7 @@ class _Changes:
             out.append((encode_consumer_group_key(CONSUMER_GROUP_MEMBER_METADATA, gid, member_id),
                         encode_member_metadata_value(MemberMetadataValue(
                             m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
-                            m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor))))
+                            m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor, m.classic))))
         if self.partition_metadata:
             out.append((encode_consumer_group_key(CONSUMER_GROUP_PARTITION_METADATA, gid),
                         encode_partition_metadata_value(group.subscription_metadata)))
@@ -143,10 +152,22 @@ class ConsumerGroupCoordinator:
         self.max_size = setting("group.consumer.max.size")
         names = [assignors.assignor_name(a) for a in setting("group.consumer.assignors")]
         self.assignors = [n for n in names if n is not None] or [assignors.UNIFORM]
+        self.configs = getattr(groups, "configs", None)  # GroupConfigs: per-group overrides
         self.groups: dict[str, ConsumerGroup] = {}
         self._session_timers: dict[tuple[str, str], object] = {}
         self._rebalance_timers: dict[tuple[str, str], object] = {}
         self._regex_cache: dict[str, object] = {}
+
+    def session_timeout(self, group_id: str) -> int:
+        """The group's consumer.session.timeout.ms, else the broker's group.consumer.session.timeout.ms."""
+        if self.configs is None:
+            return self.session_timeout_ms
+        return self.configs.value(group_id, "consumer.session.timeout.ms")
+
+    def heartbeat_interval(self, group_id: str) -> int:
+        if self.configs is None:
+            return self.heartbeat_interval_ms
+        return self.configs.value(group_id, "consumer.heartbeat.interval.ms")
 
     def close(self) -> None:
         for handle in [*self._session_timers.values(), *self._rebalance_timers.values()]:
@@ -250,12 +271,17 @@ class ConsumerGroupCoordinator:
             return None
         return [(bytes(tp.topic_id), list(tp.partitions or ())) for tp in r.topic_partitions]
 
-    def _get_or_create_group(self, group_id: str, create: bool) -> tuple[ConsumerGroup, bool, bool]:
-        """(group, created, replaces an Empty classic group)."""
+    def _get_or_create_group(self, group_id: str, create: bool
+                             ) -> tuple[ConsumerGroup, bool, bool, _Changes | None]:
+        """(group, created, replaces a classic group, the records of classic members it took over)."""
         group = self.groups.get(group_id)
         if group is not None:
-            return group, False, False
+            return group, False, False, None
         classic = self.gc.groups.get(group_id)
+        if (classic is not None and create and not classic.is_(GroupState.EMPTY)
+                and self._can_upgrade(classic)):
+            group, changes = self._from_classic(classic)  # online upgrade
+            return group, True, True, changes
         if classic is not None and not (create and classic.is_(GroupState.EMPTY)):
             raise _fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if not create:
@@ -263,12 +289,12 @@ class ConsumerGroupCoordinator:
         group = ConsumerGroup(group_id)
         if classic is not None:  # an Empty classic group (offsets only) becomes a consumer group
             group.offsets = classic.offsets
-        return group, True, classic is not None
+        return group, True, classic is not None, None
 
     def _heartbeat(self, r, client_id: str, client_host: str) -> HeartbeatResult:
         epoch = r.member_epoch
         owned = self._owned(r)
-        group, created, replaces_classic = self._get_or_create_group(r.group_id, epoch == 0)
+        group, created, replaces_classic, converted = self._get_or_create_group(r.group_id, epoch == 0)
         member_id = r.member_id or uuid4_text()
         if (len(group.members) >= self.max_size
                 and (not r.member_id or member_id not in group.members)
@@ -278,7 +304,7 @@ class ConsumerGroupCoordinator:
         snap = None if created else group.snapshot()
         classic_backup = None
         try:  # a failed write (or a bug) leaves the group as it was
-            changes = _Changes()
+            changes = converted or _Changes()
             old = self._find_member(group, member_id, epoch, r.instance_id, owned, changes)
             member = ConsumerMember(member_id) if old is None else _clone(old)
             if r.instance_id is not None:
@@ -295,31 +321,7 @@ class ConsumerGroupCoordinator:
                 member.subscribed_topic_regex = r.subscribed_topic_regex or None
             member.client_id = client_id or ""
             member.client_host = client_host or ""
-            bump = False
-            if old is None or member.metadata_key() != old.metadata_key():
-                changes.member_metadata.add(member_id)
-                if old is None or (member.subscribed_topic_names != old.subscribed_topic_names
-                                   or member.subscribed_topic_regex != old.subscribed_topic_regex):
-                    bump = True
-            group.put_member(member, old)
-            metadata = self._subscription_metadata(group)
-            if metadata != group.subscription_metadata:
-                group.subscription_metadata = metadata
-                changes.partition_metadata = True
-                bump = True
-            if bump:
-                group.group_epoch += 1
-                changes.group_epoch = True
-                log.info("group %s: bumped group epoch to %d", group.group_id, group.group_epoch)
-            if group.group_epoch > group.assignment_epoch:
-                self._update_target(group, changes)
-            new = reconcile(member, group.assignment_epoch, group.target.get(member_id, {}),
-                            group.current_partition_epoch, owned)
-            if new is not member:
-                group.put_member(new, member)
-                member = new
-            if old is None or member.assignment_key() != old.assignment_key():
-                changes.current.add(member_id)
+            member = self._apply_member(group, old, member, owned, changes)
             if created:
                 self.groups[group.group_id] = group
                 classic_backup = self.gc.groups.pop(group.group_id, None)
@@ -335,6 +337,13 @@ class ConsumerGroupCoordinator:
             else:
                 group.restore(snap)
             raise
+        if converted is not None and classic_backup is not None:
+            self.gc.retire_upgraded_group(classic_backup)
+            log.info("group %s: classic group with %d members upgraded to a consumer group", group.group_id,
+                     len(classic_backup.members))
+            for other in group.members:
+                if other != member_id:
+                    self._schedule_session(group, other)
         self._after_change(group, changes)
         if member.state is MemberState.UNREVOKED_PARTITIONS:
             if old is None or old.state is not MemberState.UNREVOKED_PARTITIONS \
@@ -346,8 +355,42 @@ class ConsumerGroupCoordinator:
         full = epoch == 0 or (r.rebalance_timeout_ms != -1 and r.subscribed_topic_names is not None
                               and r.topic_partitions is not None)
         changed = old is None or not same_assignment(old.assigned, member.assigned)
-        return HeartbeatResult(E.NONE, None, member_id, member.member_epoch, self.heartbeat_interval_ms,
+        return HeartbeatResult(E.NONE, None, member_id, member.member_epoch,
+                               self.heartbeat_interval(group.group_id),
                                member.assigned if full or changed else None)
+
+    def _apply_member(self, group: ConsumerGroup, old: ConsumerMember | None, member: ConsumerMember,
+                      owned, changes: _Changes) -> ConsumerMember:
+        """Put the updated ``member`` in the group: a new subscription (or partition count) bumps the
+        group epoch, a group epoch ahead of the target gives a new target, and the member takes one step
+        towards its target. Returns the member as it now is; ``changes`` collects the records."""
+        member_id = member.member_id
+        bump = False
+        if old is None or member.metadata_key() != old.metadata_key():
+            changes.member_metadata.add(member_id)
+            if old is None or (member.subscribed_topic_names != old.subscribed_topic_names
+                               or member.subscribed_topic_regex != old.subscribed_topic_regex):
+                bump = True
+        group.put_member(member, old)
+        metadata = self._subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            changes.partition_metadata = True
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            changes.group_epoch = True
+            log.info("group %s: bumped group epoch to %d", group.group_id, group.group_epoch)
+        if group.group_epoch > group.assignment_epoch:
+            self._update_target(group, changes)
+        new = reconcile(member, group.assignment_epoch, group.target.get(member_id, {}),
+                        group.current_partition_epoch, owned)
+        if new is not member:
+            group.put_member(new, member)
+            member = new
+        if old is None or member.assignment_key() != old.assignment_key():
+            changes.current.add(member_id)
+        return member
 
     def _find_member(self, group: ConsumerGroup, member_id: str, epoch: int, instance_id: str | None,
                      owned, changes: _Changes) -> ConsumerMember | None:
@@ -472,6 +515,9 @@ class ConsumerGroupCoordinator:
         """Remove a member, bump the group epoch (raises KafkaError when the records cannot be written)."""
         if member_id not in group.members:
             return
+        if self._can_downgrade(group, member_id):
+            self._to_classic(group, member_id, reason)
+            return
         snap = group.snapshot()
         changes = _Changes()
         group.remove_member(member_id)
@@ -509,7 +555,10 @@ class ConsumerGroupCoordinator:
     def _schedule_session(self, group: ConsumerGroup, member_id: str) -> None:
         key = (group.group_id, member_id)
         self._cancel(key, self._session_timers)
-        self._session_timers[key] = self.gc._call_later(self.session_timeout_ms, self._session_expired, key)
+        member = group.members.get(member_id)
+        timeout = member.classic.session_timeout_ms if member is not None and member.classic is not None \
+            else self.session_timeout(group.group_id)
+        self._session_timers[key] = self.gc._call_later(timeout, self._session_expired, key)
 
     def _session_expired(self, key: tuple[str, str]) -> None:
         self._session_timers.pop(key, None)
@@ -518,7 +567,8 @@ class ConsumerGroupCoordinator:
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         key = (group.group_id, member.member_id)
         self._cancel(key, self._rebalance_timers)
-        timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms >= 0 else self.session_timeout_ms
+        timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms >= 0 \
+            else self.session_timeout(group.group_id)
         self._rebalance_timers[key] = self.gc._call_later(timeout, self._rebalance_expired, key,
                                                           member.member_epoch)
 
@@ -535,6 +585,314 @@ class ConsumerGroupCoordinator:
     def _cancel_timers(self, group_id: str, member_id: str) -> None:
         self._cancel((group_id, member_id), self._session_timers)
         self._cancel((group_id, member_id), self._rebalance_timers)
+
+    # -- online migration: classic members inside a consumer group ---------------------------------
+
+    def _policy(self) -> str:
+        try:
+            return str(self.broker.config["group.consumer.migration.policy"]).lower()
+        except KeyError:  # a partial configuration (unit tests)
+            return "bidirectional"
+
+    def _can_upgrade(self, classic) -> bool:
+        """Kafka's validateOnlineUpgrade: the policy allows it, the group speaks the consumer protocol
+        and fits in a consumer group."""
+        if self._policy() not in ("bidirectional", "upgrade"):
+            log.info("group %s: no online upgrade of a classic group (group.consumer.migration.policy=%s)",
+                     classic.group_id, self._policy())
+            return False
+        return classic.protocol_type == PROTOCOL_TYPE and len(classic.members) <= self.max_size
+
+    def _topic_ids(self) -> dict[str, bytes]:
+        return {name: info.id for name, info in self._topics().items()}
+
+    def _topic_names(self) -> dict[bytes, str]:
+        return {info.id: name for name, info in self._topics().items()}
+
+    def _to_ids(self, by_name) -> TopicAssignment:
+        ids = self._topic_ids()
+        out: TopicAssignment = {}
+        for topic, partitions in by_name:
+            if topic in ids:
+                out.setdefault(ids[topic], set()).update(partitions)
+        return out
+
+    def _from_classic(self, classic) -> tuple[ConsumerGroup, _Changes]:
+        """A consumer group holding a classic group's members as classic members, each at the classic
+        generation with its last assignment as both current and target (Kafka's fromClassicGroup)."""
+        group = ConsumerGroup(classic.group_id)
+        group.offsets = classic.offsets
+        group.group_epoch = group.assignment_epoch = classic.generation_id
+        changes = _Changes()
+        try:
+            for m in classic.members.values():
+                subscription = decode_subscription(m.metadata(classic.protocol_name))
+                assigned = self._to_ids(decode_assignment(m.assignment).items())
+                member = ConsumerMember(m.member_id)
+                member.member_epoch = member.previous_member_epoch = classic.generation_id
+                member.instance_id, member.rack_id = m.group_instance_id, subscription.rack_id
+                member.client_id, member.client_host = m.client_id, m.client_host
+                member.rebalance_timeout_ms = m.rebalance_timeout_ms
+                member.subscribed_topic_names = list(subscription.topics)
+                member.assigned = assigned
+                member.classic = ClassicMemberMetadata(m.session_timeout_ms, tuple(m.protocols))
+                group.put_member(member)
+                group.target[m.member_id] = {t: set(ps) for t, ps in assigned.items()}
+                changes.member_metadata.add(m.member_id)
+                changes.target.add(m.member_id)
+                changes.current.add(m.member_id)
+        except ConsumerProtocolError as e:
+            log.warning("group %s: cannot upgrade the classic group: %s", classic.group_id, e)
+            raise _fail(E.GROUP_ID_NOT_FOUND, f"Cannot upgrade the classic group {classic.group_id}: {e}.") \
+                from None
+        group.subscription_metadata = self._subscription_metadata(group)
+        changes.partition_metadata = changes.group_epoch = changes.target_epoch = True
+        return group, changes
+
+    def _can_downgrade(self, group: ConsumerGroup, leaving_id: str) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember: the last consumer-protocol member leaves a
+        group whose other members are classic ones."""
+        leaving = group.members[leaving_id]
+        rest = [m for m in group.members.values() if m.member_id != leaving_id]
+        if leaving.classic is not None or not rest or any(m.classic is None for m in rest):
+            return False
+        if self._policy() not in ("bidirectional", "downgrade"):
+            log.info("group %s: no online downgrade to a classic group (group.consumer.migration.policy=%s)",
+                     group.group_id, self._policy())
+            return False
+        return len(rest) <= self.gc.max_group_size
+
+    def _to_classic(self, group: ConsumerGroup, leaving_id: str, reason: str) -> None:
+        """Replace the consumer group by a classic group of its classic members, each with its target
+        assignment, then rebalance it (Kafka's convertToClassicGroup); raises KafkaError, changing
+        nothing, when the records cannot be written."""
+        from minibroker.coordinator.classic_group import ClassicGroup, Member
+
+        gid = group.group_id
+        classic = ClassicGroup(gid)
+        classic.offsets = group.offsets
+        classic.generation_id = group.group_epoch
+        classic.protocol_type = PROTOCOL_TYPE
+        names = self._topic_names()
+        for m in group.members.values():
+            if m.member_id == leaving_id:
+                continue
+            protocols = [(name, bytes(meta)) for name, meta in m.classic.protocols]
+            target = group.target.get(m.member_id, {})
+            assignment = {names[t]: sorted(ps) for t, ps in target.items() if t in names and ps}
+            try:
+                version = protocol_version(protocols[0][1]) if protocols else 0
+            except ConsumerProtocolError:
+                version = 0
+            classic.add(Member(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                               m.classic.session_timeout_ms, PROTOCOL_TYPE, protocols,
+                               encode_assignment(version, assignment)))
+        classic.protocol_name = classic.select_protocol()
+        classic.state = GroupState.STABLE
+        entries: list[tuple[bytes, bytes | None]] = []
+        for member_id in sorted(group.members):
+            for record_type in (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                                CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, CONSUMER_GROUP_MEMBER_METADATA):
+                entries.append((encode_consumer_group_key(record_type, gid, member_id), None))
+        for record_type in (CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, CONSUMER_GROUP_PARTITION_METADATA,
+                            CONSUMER_GROUP_METADATA):
+            entries.append((encode_consumer_group_key(record_type, gid), None))
+        entries.append(self.gc.group_metadata_entry(classic))
+        self.gc.store.append(gid, entries)
+        for member_id in list(group.members):
+            self._cancel_timers(gid, member_id)
+        self.groups.pop(gid, None)
+        log.info("group %s: member %s removed (%s); the %d classic members left make it a classic group",
+                 gid, leaving_id, reason, len(classic.members))
+        self.gc.adopt_downgraded_group(classic)
+
+    def _supports_classic(self, group: ConsumerGroup, protocol_type: str, protocols) -> bool:
+        """Kafka's supportsClassicProtocols: the consumer protocol type, and a protocol every classic
+        member supports."""
+        if protocol_type != PROTOCOL_TYPE or not protocols:
+            return False
+        classic = [m for m in group.members.values() if m.classic is not None]
+        if not classic:
+            return True
+        return any(all(name in {n for n, _ in m.classic.protocols} for m in classic) for name, _ in protocols)
+
+    def _classic_member(self, group: ConsumerGroup, member_id: str, instance_id: str | None
+                        ) -> ConsumerMember:
+        """Kafka's validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol."""
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
+                            f"{group.group_id}.")
+        else:
+            member = group.static_member(instance_id)
+            if member is None:
+                raise _fail(E.UNKNOWN_MEMBER_ID, f"Member with instance id {instance_id} is not a member of "
+                            f"group {group.group_id}.")
+            if member.member_id != member_id:
+                raise _fail(E.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} "
+                            f"was fenced by member {member.member_id}.")
+        if member.classic is None:
+            raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {member.member_id} does not use the classic protocol.")
+        return member
+
+    def classic_join(self, group: ConsumerGroup, member_id: str, instance_id: str | None, client_id: str,
+                     client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                     protocols: list[tuple[str, bytes]], require_known_member_id: bool
+                     ) -> tuple[ErrorCode, str, int, str | None, str | None]:
+        """A classic member's JoinGroup into a consumer group with members (Kafka's
+        classicGroupJoinToConsumerGroup): answered at once, the member being a follower whose assignment
+        SyncGroup gives. (error, member id, generation = member epoch, protocol type, protocol name)."""
+        unknown = member_id == ""
+        if unknown:
+            member_id = uuid4_text()
+        try:
+            if (len(group.members) >= self.max_size and member_id not in group.members
+                    and group.static_member(instance_id) is None):
+                raise _fail(E.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity.")
+            if not self._supports_classic(group, protocol_type, protocols):
+                raise _fail(E.INCONSISTENT_GROUP_PROTOCOL,
+                            f"Member {member_id}'s protocols are not supported.")
+            if unknown and instance_id is None and require_known_member_id:
+                return E.MEMBER_ID_REQUIRED, member_id, -1, None, None
+            try:
+                subscription = decode_subscription(protocols[0][1])
+            except ConsumerProtocolError as e:
+                raise _fail(E.INCONSISTENT_GROUP_PROTOCOL, str(e)) from None
+            snap = group.snapshot()
+            changes = _Changes()
+            try:
+                old = self._find_classic_member(group, member_id, instance_id, unknown, changes)
+                member = ConsumerMember(member_id) if old is None else _clone(old)
+                member.instance_id = instance_id
+                if subscription.rack_id is not None:
+                    member.rack_id = subscription.rack_id
+                if rebalance_timeout_ms != -1:
+                    member.rebalance_timeout_ms = rebalance_timeout_ms
+                member.server_assignor = None
+                member.subscribed_topic_names = list(subscription.topics)
+                member.client_id, member.client_host = client_id or "", client_host or ""
+                member.classic = ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
+                owned = [(t, sorted(ps)) for t, ps in self._to_ids(subscription.owned).items()]
+                member = self._apply_member(group, old, member, owned, changes)
+                self.gc.store.append(group.group_id, changes.records(group))
+            except Exception:
+                group.restore(snap)
+                raise
+        except KafkaError as e:
+            return e.code, member_id, -1, None, None
+        self._after_change(group, changes)
+        self._schedule_session(group, member_id)
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            self._schedule_rebalance_timeout(group, member)
+        else:
+            self._cancel((group.group_id, member_id), self._rebalance_timers)
+        log.info("group %s: classic member %s joined at epoch %d", group.group_id, member_id,
+                 member.member_epoch)
+        return E.NONE, member_id, member.member_epoch, PROTOCOL_TYPE, protocols[0][0]
+
+    def _find_classic_member(self, group: ConsumerGroup, member_id: str, instance_id: str | None,
+                             unknown: bool, changes: _Changes) -> ConsumerMember | None:
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is not None and member.classic is None:
+                raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} does not use the classic protocol.")
+            return member  # None: a new member (also the id MEMBER_ID_REQUIRED handed out)
+        existing = group.static_member(instance_id)
+        if existing is None:
+            return None
+        if existing.member_id == member_id:
+            return existing
+        if not unknown:
+            raise _fail(E.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} was "
+                        f"fenced by member {existing.member_id}.")
+        # the instance restarted: the new member id takes over the old one's assignment and target
+        replacement = _clone(existing)
+        replacement.member_id = member_id
+        target = group.target.get(existing.member_id)
+        group.remove_member(existing.member_id)
+        changes.removed.add(existing.member_id)
+        group.put_member(replacement)
+        if target is not None:
+            group.target[member_id] = target
+        changes.target.add(member_id)
+        changes.member_metadata.add(member_id)
+        changes.current.add(member_id)
+        return replacement
+
+    def classic_sync(self, group: ConsumerGroup, member_id: str, instance_id: str | None, generation: int,
+                     protocol_type: str | None, protocol_name: str | None
+                     ) -> tuple[ErrorCode, str | None, str | None, bytes]:
+        """A classic member's SyncGroup in a consumer group: its current assignment in the consumer
+        protocol's bytes (Kafka's classicGroupSyncToConsumerGroup)."""
+        try:
+            member = self._classic_member(group, member_id, instance_id)
+            if member.member_epoch != generation:
+                raise _fail(E.ILLEGAL_GENERATION, f"The request generation id {generation} is not equal to "
+                            f"the member epoch {member.member_epoch} of member {member_id}.")
+            name = member.classic.protocols[0][0] if member.classic.protocols else None
+            if (protocol_type is not None and protocol_type != PROTOCOL_TYPE) or \
+                    (protocol_name is not None and protocol_name != name):
+                raise _fail(E.INCONSISTENT_GROUP_PROTOCOL, "The protocol does not match the join response.")
+            if (group.group_epoch > member.member_epoch
+                    and member.state is not MemberState.UNREVOKED_PARTITIONS):
+                raise _fail(E.REBALANCE_IN_PROGRESS,
+                            f"A new rebalance is triggered in group {group.group_id}.")
+        except KafkaError as e:
+            return e.code, None, None, b""
+        self._schedule_session(group, member.member_id)
+        names = self._topic_names()
+        assignment = {names[t]: sorted(ps) for t, ps in member.assigned.items() if t in names and ps}
+        try:
+            version = protocol_version(member.classic.protocols[0][1])
+        except (ConsumerProtocolError, IndexError):
+            version = 0
+        return E.NONE, protocol_type, protocol_name, encode_assignment(version, assignment)
+
+    def classic_heartbeat(self, group: ConsumerGroup, member_id: str, instance_id: str | None,
+                          generation: int) -> ErrorCode:
+        """A classic member's Heartbeat in a consumer group: REBALANCE_IN_PROGRESS when it must rejoin to
+        move towards its target (Kafka's classicGroupHeartbeatToConsumerGroup)."""
+        try:
+            member = self._classic_member(group, member_id, instance_id)
+            if member.member_epoch != generation:
+                raise _fail(E.ILLEGAL_GENERATION, "The generation id does not match the member epoch.")
+        except KafkaError as e:
+            return e.code
+        self._schedule_session(group, member.member_id)
+        if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS:
+            return E.REBALANCE_IN_PROGRESS
+        if member.state is MemberState.UNRELEASED_PARTITIONS:
+            target = group.target.get(member.member_id, {})
+            waiting = any(group.current_partition_epoch(t, p) != -1
+                          for t, ps in target.items() for p in ps if p not in member.assigned.get(t, ()))
+            if not waiting:
+                return E.REBALANCE_IN_PROGRESS
+        return E.NONE
+
+    def classic_leave(self, group: ConsumerGroup, leaving: list[tuple[str, str | None]]
+                      ) -> list[tuple[str, str | None, ErrorCode]]:
+        """Classic members leaving a consumer group (Kafka's classicGroupLeaveToConsumerGroup)."""
+        out = []
+        for member_id, instance_id in leaving:
+            try:
+                if instance_id is None:
+                    member = self._classic_member(group, member_id, None)
+                else:
+                    member = group.static_member(instance_id)
+                    if member is None:
+                        raise _fail(E.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+                    if member_id and member.member_id != member_id:
+                        raise _fail(E.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
+                                    f"{instance_id} was fenced by member {member.member_id}.")
+                    if member.classic is None:
+                        raise _fail(E.UNKNOWN_MEMBER_ID,
+                                    f"Member {member.member_id} does not use the classic protocol.")
+                self.fence(group, member.member_id, "the classic member left")
+                out.append((member_id, instance_id, E.NONE))
+            except KafkaError as e:
+                out.append((member_id, instance_id, e.code))
+        return out
 
     # -- ConsumerGroupDescribe ------------------------------------------------------------------
 
@@ -564,6 +922,11 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
+        if member.classic is not None:  # a classic member commits with its generation (= member epoch)
+            if member_epoch != member.member_epoch:
+                raise _fail(E.ILLEGAL_GENERATION, f"The received generation id {member_epoch} does not match "
+                            f"the expected member epoch {member.member_epoch}.")
+            return
         if api_version < 9:
             raise _fail(E.UNSUPPORTED_VERSION, "OffsetCommit version 9 or above must be used by members "
                         "using the modern group protocol")
@@ -622,6 +985,7 @@ class ConsumerGroupCoordinator:
                 member.subscribed_topic_regex = meta.subscribed_topic_regex
                 member.rebalance_timeout_ms = meta.rebalance_timeout_ms
                 member.server_assignor = meta.server_assignor
+                member.classic = meta.classic
                 current = records.get((CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, member_id))
                 if current is not None:
                     cur = gr.decode_current_assignment_value(current)

@@ -26,9 +26,11 @@ import logging
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from minibroker.config import BrokerConfig
 from minibroker.coordinator.classic_group import ClassicGroup, GroupState, Member, now_ms
 from minibroker.coordinator.consumer_group import ConsumerGroup
 from minibroker.coordinator.consumer_group_coordinator import ConsumerGroupCoordinator
+from minibroker.coordinator.group_configs import GroupConfigs
 from minibroker.coordinator.group_records import (
     ConsumerGroupKey,
     GroupMetadataKey,
@@ -132,6 +134,9 @@ class GroupCoordinator:
         self._pending_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._retention_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        # group configs (resource type GROUP): per-group overrides of the group.* broker keys
+        self.configs = GroupConfigs(cfg, cfg.data_dir if isinstance(cfg, BrokerConfig) else None)
+        self.configs.load()
         # consumer (KIP-848) groups: the same id space, kept apart from the classic ones
         self.consumer = ConsumerGroupCoordinator(self)
 
@@ -315,9 +320,11 @@ class GroupCoordinator:
         unknown = member_id == ""
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
-            if consumer_group.members:
-                # classic members joining a consumer group (online migration) are not supported
-                return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            if consumer_group.members:  # a classic member in a consumer group (online migration)
+                error, new_id, epoch, ptype, pname = self.consumer.classic_join(
+                    consumer_group, member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                    rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
+                return JoinResult(error, new_id, epoch, ptype, pname)
             try:  # an Empty consumer group becomes a classic group, keeping its offsets
                 self.consumer.delete(consumer_group, keep_offsets=True)
             except KafkaError as e:
@@ -667,7 +674,11 @@ class GroupCoordinator:
         except KafkaError as e:
             return SyncResult(e.code)
         group = self.groups.get(group_id)
-        if group is None:  # also a consumer group: its members do not use the classic protocol
+        if group is None:
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:  # a classic member in a consumer group (online migration)
+                return SyncResult(*self.consumer.classic_sync(consumer_group, member_id, group_instance_id,
+                                                              generation_id, protocol_type, protocol_name))
             return SyncResult(E.UNKNOWN_MEMBER_ID)
         if group.is_(GroupState.DEAD):
             return SyncResult(E.COORDINATOR_NOT_AVAILABLE)
@@ -718,6 +729,10 @@ class GroupCoordinator:
             return e.code
         group = self.groups.get(group_id)
         if group is None:
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:  # a classic member in a consumer group (online migration)
+                return self.consumer.classic_heartbeat(consumer_group, member_id, group_instance_id,
+                                                       generation_id)
             return E.UNKNOWN_MEMBER_ID
         if group.is_(GroupState.DEAD):
             return E.COORDINATOR_NOT_AVAILABLE
@@ -742,7 +757,10 @@ class GroupCoordinator:
         except KafkaError as e:
             return e.code, []
         group = self.groups.get(group_id)
-        if group is None:  # also a consumer group: its members leave with ConsumerGroupHeartbeat
+        if group is None:
+            consumer_group = self.consumer.groups.get(group_id)
+            if consumer_group is not None:  # classic members of a consumer group (online migration)
+                return E.NONE, self.consumer.classic_leave(consumer_group, leaving)
             return E.NONE, [(mid, iid, E.UNKNOWN_MEMBER_ID) for mid, iid in leaving]
         if group.is_(GroupState.DEAD):
             return E.COORDINATOR_NOT_AVAILABLE, []
@@ -1013,6 +1031,32 @@ class GroupCoordinator:
             out.append((group_id, E.NONE))
         return out
 
+    def retire_upgraded_group(self, group: ClassicGroup) -> None:
+        """A classic group whose members now live in a consumer group (online upgrade): its timers stop
+        and whoever waits in JoinGroup or SyncGroup is told to rejoin (REBALANCE_IN_PROGRESS)."""
+        self._forget(group)
+        for key in [k for k in self._pending_timers if k[0] == group.group_id]:
+            self._cancel(self._pending_timers, key)
+        for member in group.members.values():
+            if member.heartbeat_timer is not None:
+                member.heartbeat_timer.cancel()
+                member.heartbeat_timer = None
+            if member.join_future is not None and not member.join_future.done():
+                member.join_future.set_result(JoinResult(E.REBALANCE_IN_PROGRESS, member.member_id))
+            if member.sync_future is not None and not member.sync_future.done():
+                member.sync_future.set_result(SyncResult(E.REBALANCE_IN_PROGRESS))
+            member.join_future = member.sync_future = None
+        group.state = GroupState.DEAD
+
+    def adopt_downgraded_group(self, group: ClassicGroup) -> None:
+        """A classic group made from a consumer group whose last consumer-protocol member left (online
+        downgrade): its members' session timers start and a rebalance makes them rejoin."""
+        self.groups[group.group_id] = group
+        group.subscribed_topics = _subscribed_topics(group)
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member)
+        self._prepare_rebalance(group, "downgraded from a consumer group")
+
     def _forget(self, group: ClassicGroup) -> None:
         self.groups.pop(group.group_id, None)
         self._cancel(self._join_timers, group.group_id)
@@ -1056,6 +1100,11 @@ class GroupCoordinator:
     # -- persistence ----------------------------------------------------------------------------
 
     def _store_group(self, group: ClassicGroup) -> None:
+        self.store.append(group.group_id, [self.group_metadata_entry(group)])
+
+    @staticmethod
+    def group_metadata_entry(group: ClassicGroup) -> tuple[bytes, bytes]:
+        """The GroupMetadata record (key, value) that describes a classic group."""
         value = GroupMetadataValue(
             group.protocol_type or "", group.generation_id, group.protocol_name, group.leader_id,
             group.state_timestamp_ms,
@@ -1063,8 +1112,7 @@ class GroupCoordinator:
                           m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata(group.protocol_name),
                           m.assignment)
              for m in group.members.values()])
-        self.store.append(group.group_id, [(encode_group_metadata_key(group.group_id),
-                                            encode_group_metadata_value(value))])
+        return encode_group_metadata_key(group.group_id), encode_group_metadata_value(value)
 
     # -- offsets retention ----------------------------------------------------------------------
 

@@ -273,6 +273,15 @@ class ConsumerGroupKey(NamedTuple):
     member: str = ""
 
 
+class ClassicMemberMetadata(NamedTuple):
+    """A consumer group member that speaks the classic protocol (online migration): its JoinGroup's
+    session timeout and protocols [(name, metadata)], as ConsumerGroupMemberMetadataValue's tagged
+    ClassicMemberMetadata field (tag 0) keeps them."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 class MemberMetadataValue(NamedTuple):
     instance_id: str | None
     rack_id: str | None
@@ -282,6 +291,7 @@ class MemberMetadataValue(NamedTuple):
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 class CurrentAssignmentValue(NamedTuple):
@@ -359,7 +369,17 @@ def encode_member_metadata_value(v: MemberMetadataValue) -> bytes:
     write_string(out, v.subscribed_topic_regex, True)
     out += I32.pack(v.rebalance_timeout_ms)
     write_string(out, v.server_assignor, True)
-    write_tagged_fields(out, ())
+    tagged = []
+    if v.classic is not None:
+        field = bytearray(I32.pack(v.classic.session_timeout_ms))
+        write_array_len(field, len(v.classic.protocols), True)
+        for name, metadata in v.classic.protocols:
+            write_string(field, name, True)
+            write_bytes(field, bytes(metadata), True)
+            write_tagged_fields(field, ())
+        write_tagged_fields(field, ())
+        tagged.append((0, bytes(field)))
+    write_tagged_fields(out, tagged)
     return bytes(out)
 
 
@@ -420,8 +440,19 @@ def decode_member_metadata_value(buf) -> MemberMetadataValue:
     regex = r.nullable_string("subscribedTopicRegex")
     rebalance_timeout = r.i32()
     assignor = r.nullable_string("serverAssignor")
+    classic = None
+    for tag, data in r.tagged_fields():
+        if tag == 0:
+            f = RecordReader(data, 0, True)
+            session_timeout = f.i32()
+            protocols = []
+            for _ in range(f.array_len("supportedProtocols")):
+                name = f.string("name")
+                protocols.append((name, f.nullable_bytes() or b""))
+                f.skip_tagged_fields()
+            classic = ClassicMemberMetadata(session_timeout, tuple(protocols))
     return MemberMetadataValue(instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout,
-                               assignor)
+                               assignor, classic)
 
 
 def decode_target_assignment_value(buf) -> dict[bytes, set[int]]:

@@ -19,10 +19,13 @@ Behaviour: each resource is handled on its own and all-or-nothing.
   layers are saved at the log dir root (Broker.save_dynamic_configs) and applied at the next start
   before the TLS contexts are built; a failed save restores the previous values and answers
   UNKNOWN_SERVER_ERROR.
+- GROUP: the given entries replace every config override of the group (Kafka 4's group configs,
+  minibroker/coordinator/group_configs.py), checked as IncrementalAlterConfigs checks them (40).
 Null values are rejected (42 "Null value not supported"), a key given twice is 42, a resource
 given twice is 42. ``validate_only`` checks and changes nothing.
 Authorization (with an authorizer), as Kafka: ALTER_CONFIGS on the topic (TOPIC), else
-TOPIC_AUTHORIZATION_FAILED, or on the cluster (BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
+TOPIC_AUTHORIZATION_FAILED, on the group (GROUP), else GROUP_AUTHORIZATION_FAILED, or on the cluster
+(BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v2 flexible; nothing else differs.
 Gaps: BROKER_LOGGER is only served by IncrementalAlterConfigs, as in Kafka. Kafka (3.9, KRaft) answers
 INVALID_REQUEST for a value its dynamic validation refuses (KAFKA-13609); minibroker answers 40 there.
@@ -37,6 +40,7 @@ from minibroker.config import check_dynamic, validate_topic_configs
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.describe_configs import (
     BROKER,
+    GROUP,
     TOPIC,
     check_broker_name,
     check_config_access,
@@ -168,6 +172,8 @@ def _alter(broker, resource, validate_only: bool) -> None:
     elif resource.resource_type == BROKER:
         per_broker = check_broker_name(broker, resource.resource_name)
         set_broker_layer(broker, per_broker, new, validate_only)
+    elif resource.resource_type == GROUP:
+        broker.groups.configs.replace(resource.resource_name, new, validate_only)
     else:
         raise unsupported_resource(resource.resource_type)
 

@@ -21,7 +21,7 @@ from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize
 
-CONSUMER_MEMBER = 1  # MemberType (v1): -1 unknown, 0 classic, 1 consumer
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # MemberType (v1): -1 unknown, 0 classic (migration), 1 consumer
 
 
 def _assignment(broker, assignment) -> Struct:
@@ -54,7 +54,7 @@ def handle_consumer_group_describe(broker, header, request):
             subscribed_topic_names=list(m.subscribed_topic_names),
             subscribed_topic_regex=m.subscribed_topic_regex, assignment=_assignment(broker, m.assigned),
             target_assignment=_assignment(broker, group.target.get(m.member_id, {})),
-            member_type=CONSUMER_MEMBER)
+            member_type=CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER)
             for m in group.members.values()]
         asked = request.include_authorized_operations
         ops = group_operations(broker, header, group_id) if asked else NOT_ASKED

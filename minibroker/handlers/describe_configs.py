@@ -10,14 +10,19 @@ Behaviour: resources are answered one by one, each with its own error code.
   cluster-wide dynamic defaults, as Kafka does. Another id or a non-integer name is 42.
 - BROKER_LOGGER (8): the levels of the ``root`` and ``minibroker*`` Python loggers, in Kafka's
   level names (source 6, DYNAMIC_BROKER_LOGGER_CONFIG); the name must be this broker's id.
-Any other resource type gets 42 "Unsupported resource type" at once; the GROUP (32) and
-CLIENT_METRICS (16) types Kafka 4 serves are named in the message ("Group configs are not supported
-by this broker"), as AlterConfigs and IncrementalAlterConfigs answer them too.
+- GROUP (32): every group config key (minibroker/coordinator/group_configs.py) for the named group,
+  which need not exist: an override has source GROUP_CONFIG (8), a default DEFAULT_CONFIG (5) with the
+  value of the broker key it overrides; the synonyms are the entry itself, as Kafka reports them. An empty
+  name is 42.
+Any other resource type gets 42 "Unsupported resource type" at once; the CLIENT_METRICS (16) type
+Kafka 4 serves is named in the message ("Client metrics subscriptions are not supported by this
+broker"), as AlterConfigs and IncrementalAlterConfigs answer it too.
 Authorization (with an authorizer), as Kafka: DESCRIBE_CONFIGS on the topic (TOPIC), else
-TOPIC_AUTHORIZATION_FAILED, or on the cluster (BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
+TOPIC_AUTHORIZATION_FAILED, on the group (GROUP), else GROUP_AUTHORIZATION_FAILED, or on the cluster
+(BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v0 reports is_default instead of a source and no synonyms; v1+ sources and
 (when asked) synonyms; v3+ config types and (when asked) documentation; v4 flexible.
-Gaps: GROUP and CLIENT_METRICS resources are not served.
+Gaps: CLIENT_METRICS resources are not served.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import logging
 
 from minibroker.config import ConfigSource, describe_topic_configs
+from minibroker.coordinator.group_configs import check_group_name
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
@@ -34,7 +40,7 @@ from minibroker.topic_names import validate_topic_name
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 DYNAMIC_BROKER_LOGGER_CONFIG = 6
-_UNSERVED_RESOURCES = {GROUP: "Group configs", CLIENT_METRICS: "Client metrics subscriptions"}
+_UNSERVED_RESOURCES = {CLIENT_METRICS: "Client metrics subscriptions"}
 
 # Python level -> Kafka (log4j) level name, and back
 _LEVEL_NAMES = {
@@ -166,6 +172,9 @@ def _describe(broker, version: int, resource, synonyms: bool, docs: bool) -> lis
                 e.source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
                 e.value = None if e.sensitive else defaults[e.name]
                 e.synonyms = [s for s in e.synonyms if s.source != ConfigSource.DYNAMIC_BROKER_CONFIG]
+    elif rtype == GROUP:
+        check_group_name(name)
+        entries = broker.groups.configs.describe(name, keys, synonyms=synonyms, documentation=docs)
     elif rtype == BROKER_LOGGER:
         check_broker_name(broker, name)
         return [

@@ -12,10 +12,16 @@ Behaviour: per resource, all-or-nothing, operations SET 0, DELETE 1, APPEND 2, S
 - BROKER_LOGGER: SET a ``minibroker*`` or ``root`` Python logger to a Kafka level name (OFF,
   FATAL, ERROR, WARN, INFO, DEBUG, TRACE); DELETE resets it to inherit (not allowed for root,
   42); unknown logger or level 40; APPEND/SUBTRACT 42.
+- GROUP: the group's config overrides (minibroker/coordinator/group_configs.py; the group need not
+  exist): SET/DELETE of Kafka's group config keys, checked as Kafka's GroupConfig (unknown key, bad
+  value, outside the broker's group.consumer.min/max.* bounds, session timeout not above the heartbeat
+  interval: 40; APPEND/SUBTRACT 40, no key is a list), saved in minibroker-group-configs.json, in force
+  for the next heartbeat. Empty name 42.
 A key given twice is 42, a null value for SET/APPEND/SUBTRACT 42, a resource given twice 42.
 ``validate_only`` checks and changes nothing.
 Authorization (with an authorizer), as Kafka: ALTER_CONFIGS on the topic (TOPIC), else
-TOPIC_AUTHORIZATION_FAILED, or on the cluster (BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
+TOPIC_AUTHORIZATION_FAILED, on the group (GROUP), else GROUP_AUTHORIZATION_FAILED, or on the cluster
+(BROKER, BROKER_LOGGER), else CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v1 flexible; nothing else differs.
 Gaps: as alter_configs (error code of a refused dynamic value, passwords saved as given).
 """
@@ -40,6 +46,7 @@ from minibroker.handlers.alter_configs import alter_resources, set_broker_layer,
 from minibroker.handlers.describe_configs import (
     BROKER,
     BROKER_LOGGER,
+    GROUP,
     LOG_LEVELS,
     ROOT_LOGGER,
     TOPIC,
@@ -137,6 +144,8 @@ def _alter(broker, resource, validate_only: bool) -> None:
         per_broker = check_broker_name(broker, name)
         set_broker_layer(broker, per_broker, _broker_layer(broker, per_broker, ops), validate_only,
                          named={op_name for op_name, _, _ in ops})
+    elif rtype == GROUP:
+        broker.groups.configs.alter(name, ops, validate_only)
     elif rtype == BROKER_LOGGER:
         check_broker_name(broker, name)
         _loggers(ops, validate_only)

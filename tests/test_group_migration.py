@@ -1,0 +1,361 @@
+"""Online migration between classic and consumer (KIP-848) groups (`group.consumer.migration.policy`):
+kafka-python (classic) consumers replaced one by one by confluent-kafka consumers with
+group.protocol=consumer and back, with no record lost or consumed twice and the committed offsets kept;
+the policy `disabled`; the ClassicMemberMetadata record field."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from minibroker.coordinator.consumer_protocol import decode_assignment, encode_assignment
+from minibroker.coordinator.group_records import (
+    ClassicMemberMetadata,
+    MemberMetadataValue,
+    decode_member_metadata_value,
+    encode_member_metadata_value,
+)
+from minibroker.errors import ErrorCode as E
+from minibroker.protocol.codec import Struct
+from minibroker.testing import BrokerRunner
+from minibroker.tools.wire import WireClient
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+from confluent_kafka import Consumer, Producer  # noqa: E402
+from kafka import KafkaConsumer  # noqa: E402
+from kafka.errors import CommitFailedError, RebalanceInProgressError  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+OVERRIDES = {"group.consumer.heartbeat.interval.ms": "300", "group.consumer.session.timeout.ms": "6000"}
+PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def broker():
+    runner = BrokerRunner(OVERRIDES).start()
+    yield runner
+    runner.stop()
+
+
+class Seen:
+    """Every record consumed, by (partition, offset), and by whom."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, int, str]] = []
+
+    def add(self, partition: int, offset: int, who: str) -> None:
+        self.records.append((partition, offset, who))
+
+
+class Polled:
+    """A consumer polled in its own thread, as applications do (kafka-python drops a JoinGroup answer
+    that arrives between two short polls of a thread that also drives other consumers)."""
+
+    owned: frozenset[int] = frozenset()
+
+    def assigned(self) -> frozenset[int]:
+        return self.owned
+
+    def start(self) -> None:
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.poll()
+                self.owned = self.assignment()  # read here: the client is used by this thread only
+        except BaseException as e:  # reported by check()
+            self._error = e
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise AssertionError(f"{self.name} failed") from self._error
+
+    def halt(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.check()
+
+
+class Classic(Polled):
+    """A kafka-python consumer (classic protocol). Auto-commit (with a long interval) is on only for
+    kafka-python's synchronous commit before it gives partitions up in a rebalance: a synchronous
+    rebalance listener may not block in kafka-python 3."""
+
+    def __init__(self, runner, group: str, topic: str, seen: Seen, name: str):
+        self.name, self.seen = name, seen
+        self.consumer = KafkaConsumer(
+            topic, bootstrap_servers=runner.bootstrap_servers, group_id=group, enable_auto_commit=True,
+            auto_commit_interval_ms=600000, auto_offset_reset="earliest", heartbeat_interval_ms=300,
+            session_timeout_ms=6000, max_poll_records=20, client_id=name)
+        self.start()
+
+    def poll(self) -> None:
+        for tp, records in self.consumer.poll(timeout_ms=100).items():
+            for r in records:
+                self.seen.add(tp.partition, r.offset, self.name)
+
+    def assignment(self) -> frozenset[int]:
+        return frozenset(tp.partition for tp in self.consumer.assignment())
+
+    def close(self) -> None:
+        self.halt()
+        deadline = time.monotonic() + 20
+        while True:  # kafka-python refuses to commit while it rejoins: poll until it has rejoined
+            try:
+                self.consumer.commit()
+                break
+            except (RebalanceInProgressError, CommitFailedError):
+                assert time.monotonic() < deadline, f"{self.name} could not commit before closing"
+                self.poll()
+        self.consumer.close()
+
+
+class Modern(Polled):
+    """A confluent-kafka consumer with group.protocol=consumer, committing synchronously on revoke."""
+
+    def __init__(self, runner, group: str, topic: str, seen: Seen, name: str):
+        self.name, self.seen = name, seen
+        self.consumer = Consumer({"bootstrap.servers": runner.bootstrap_servers, "group.id": group,
+                                  "group.protocol": "consumer", "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest", "client.id": name})
+
+        def on_revoke(consumer, partitions):
+            self._commit()
+
+        self.consumer.subscribe([topic], on_revoke=on_revoke)
+        self.start()
+
+    def _commit(self) -> None:
+        try:
+            self.consumer.commit(asynchronous=False)
+        except confluent_kafka.KafkaException as e:
+            if e.args[0].code() != confluent_kafka.KafkaError._NO_OFFSET:
+                raise
+
+    def poll(self) -> None:
+        for msg in self.consumer.consume(num_messages=20, timeout=0.1):
+            if msg.error() is None:
+                self.seen.add(msg.partition(), msg.offset(), self.name)
+
+    def assignment(self) -> frozenset[int]:
+        return frozenset(tp.partition for tp in self.consumer.assignment())
+
+    def close(self) -> None:
+        self.halt()
+        self._commit()
+        self.consumer.close()
+
+
+def _produce(runner, topic: str, count: int, start: int) -> None:
+    p = Producer({"bootstrap.servers": runner.bootstrap_servers})
+    for i in range(start, start + count):
+        p.produce(topic, value=str(i).encode(), partition=i % PARTITIONS)
+    assert p.flush(10) == 0
+
+
+def _drive(members, until, what: str, timeout: float = 45.0) -> None:
+    """Wait until ``until()`` holds while every member polls in its thread."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for m in members:
+            m.check()
+        if until():
+            return
+        time.sleep(0.05)  # the members' threads poll; this only re-checks the condition
+    raise AssertionError(f"timed out waiting for {what}: " + ", ".join(
+        f"{m.name}={sorted(m.assigned())}" for m in members))
+
+
+def _split(members) -> bool:
+    """Every partition assigned to exactly one member, and every member has one."""
+    owned = [p for m in members for p in m.assigned()]
+    return sorted(owned) == list(range(PARTITIONS)) and all(m.assigned() for m in members)
+
+
+def _group_type(runner, group: str) -> str:
+    with WireClient(runner.host, runner.port, timeout=10) as wire:
+        listed = wire.request(16, 5, Struct(states_filter=[], types_filter=[]))
+    return {g.group_id: g.group_type for g in listed.groups}[group]
+
+
+def _committed(runner, group: str, topic: str) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": runner.bootstrap_servers, "group.id": group})
+    try:
+        parts = c.committed([confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+        return {tp.partition: tp.offset for tp in parts}
+    finally:
+        c.close()
+
+
+def test_upgrade_and_downgrade_one_consumer_at_a_time(broker):
+    topic, group = f"mig-{uuid.uuid4().hex[:6]}", f"mig-g-{uuid.uuid4().hex[:6]}"
+    broker.create_topic(topic, PARTITIONS)
+    seen, produced = Seen(), 0
+    _produce(broker, topic, 40, produced)
+    produced += 40
+    k1, k2 = Classic(broker, group, topic, seen, "k1"), Classic(broker, group, topic, seen, "k2")
+    members = [k1, k2]
+    _drive(members, lambda: _split(members), "the classic group to split the partitions")
+    assert _group_type(broker, group) == "classic"
+
+    # upgrade: a consumer-protocol member joins the classic group, then the classic ones leave
+    c1 = Modern(broker, group, topic, seen, "c1")
+    members.append(c1)
+    _drive(members, lambda: _split(members), "c1 to get partitions from the classic members")
+    assert _group_type(broker, group) == "consumer"
+    _produce(broker, topic, 40, produced)
+    produced += 40
+    k1.close()
+    members.remove(k1)
+    c2 = Modern(broker, group, topic, seen, "c2")
+    members.append(c2)
+    _drive(members, lambda: _split(members), "c2 to join the upgraded group")
+    k2.close()
+    members.remove(k2)
+    _drive(members, lambda: _split(members), "the consumer members to take k2's partitions")
+    _produce(broker, topic, 40, produced)
+    produced += 40
+    _drive(members, lambda: len(seen.records) >= produced, "the records so far")
+
+    # downgrade: classic members join the consumer group, then the consumer-protocol ones leave
+    k3 = Classic(broker, group, topic, seen, "k3")
+    members.append(k3)
+    _drive(members, lambda: _split(members), "k3 to join the consumer group as a classic member")
+    c1.close()
+    members.remove(c1)
+    k4 = Classic(broker, group, topic, seen, "k4")
+    members.append(k4)
+    _drive(members, lambda: _split(members), "k4 to join")
+    assert _group_type(broker, group) == "consumer"
+    c2.close()
+    members.remove(c2)
+    _drive(members, lambda: _split(members) and _group_type(broker, group) == "classic",
+           "the group to turn classic again")
+    _produce(broker, topic, 40, produced)
+    produced += 40
+    _drive(members, lambda: len(seen.records) >= produced, "every record")
+    for m in members:
+        m.close()
+
+    offsets = sorted((p, o) for p, o, _ in seen.records)
+    assert len(offsets) == len(set(offsets)) == produced, "a record was lost or consumed twice"
+    assert _committed(broker, group, topic) == {p: produced // PARTITIONS for p in range(PARTITIONS)}
+
+
+def _heartbeat(wire, group: str, member_id: str, topic: str = "pol") -> Struct:
+    return wire.request(68, 1, Struct(
+        group_id=group, member_id=member_id, member_epoch=0, instance_id=None, rack_id=None,
+        rebalance_timeout_ms=30000, subscribed_topic_names=[topic], subscribed_topic_regex=None,
+        server_assignor=None, topic_partitions=[]))
+
+
+def test_policy_disabled_refuses_online_upgrade_and_downgrade():
+    runner = BrokerRunner({**OVERRIDES, "group.consumer.migration.policy": "disabled"}).start()
+    try:
+        runner.create_topic("pol", 2)
+        seen = Seen()
+        k1 = Classic(runner, "pol-classic", "pol", seen, "k1")
+        _drive([k1], lambda: k1.assigned() == {0, 1}, "the classic member's assignment")
+        with WireClient(runner.host, runner.port, timeout=10) as wire:
+            r = _heartbeat(wire, "pol-classic", "m1")  # a classic group with members: no upgrade
+            assert r.error_code == E.GROUP_ID_NOT_FOUND
+            assert r.error_message == "Group pol-classic is not a consumer group."
+        k1.close()
+        # a consumer group: a classic member may join it (Kafka serves that whatever the policy), but
+        # when the last consumer-protocol member leaves the group stays a consumer group
+        c1 = Modern(runner, "pol-consumer", "pol", seen, "c1")
+        _drive([c1], lambda: c1.assigned() == {0, 1}, "the consumer member's assignment")
+        k2 = Classic(runner, "pol-consumer", "pol", seen, "k2")
+        _drive([c1, k2], lambda: c1.assigned() and k2.assigned(), "the classic member to join")
+        c1.close()
+        _drive([k2], lambda: k2.assigned() == {0, 1}, "the classic member to take every partition")
+        assert _group_type(runner, "pol-consumer") == "consumer"
+        k2.close()
+    finally:
+        runner.stop()
+
+
+def test_classic_member_metadata_round_trips_in_the_member_record():
+    classic = ClassicMemberMetadata(45000, (("range", b"\x00\x01meta"), ("roundrobin", b"")))
+    value = MemberMetadataValue("i", None, "client", "/127.0.0.1", ["a", "b"], None, 30000, None, classic)
+    assert decode_member_metadata_value(encode_member_metadata_value(value)) == value
+    plain = value._replace(classic=None)
+    assert decode_member_metadata_value(encode_member_metadata_value(plain)) == plain
+
+
+@pytest.mark.parametrize("version", [0, 1, 3])
+def test_consumer_protocol_assignment_round_trips(version):
+    data = encode_assignment(version, {"b": [2, 0], "a": [1]})
+    assert int.from_bytes(data[:2], "big") == version
+    assert decode_assignment(data) == {"a": [1], "b": [0, 2]}
+
+
+def _subscription(topics: list[str]) -> bytes:
+    from minibroker.protocol import codec
+
+    return (1).to_bytes(2, "big") + codec.encode("ConsumerProtocolSubscription", 1, Struct(
+        topics=topics, user_data=None, owned_partitions=[]))
+
+
+def _describe_members(wire, group: str) -> dict[str, int]:
+    deadline = time.monotonic() + 30
+    while True:  # after a restart, until __consumer_offsets is loaded
+        d = wire.request(69, 1, Struct(group_ids=[group], include_authorized_operations=False))
+        if d.groups[0].error_code != E.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert d.groups[0].error_code == 0
+    return {m.member_id: m.member_type for m in d.groups[0].members}
+
+
+def test_classic_members_of_an_upgraded_group_survive_a_restart(tmp_path):
+    runner = BrokerRunner(OVERRIDES, data_dir=str(tmp_path)).start()
+    group = "wire-mig"
+    try:
+        runner.create_topic("wm", 2)
+        with WireClient(runner.host, runner.port, timeout=10) as wire:
+            join = Struct(group_id=group, session_timeout_ms=30000, rebalance_timeout_ms=30000, member_id="",
+                          group_instance_id=None, protocol_type="consumer",
+                          protocols=[Struct(name="range", metadata=_subscription(["wm"]))], reason=None)
+            r = wire.request(11, 5, join)
+            assert r.error_code == E.MEMBER_ID_REQUIRED
+            join.member_id = classic_id = r.member_id
+            r = wire.request(11, 5, join)
+            assert (r.error_code, r.generation_id, r.leader) == (0, 1, classic_id)
+            mine = encode_assignment(1, {"wm": [0, 1]})
+            r = wire.request(14, 3, Struct(group_id=group, generation_id=1, member_id=classic_id,
+                                           group_instance_id=None,
+                                           assignments=[Struct(member_id=classic_id, assignment=mine)]))
+            assert r.error_code == 0
+            # a consumer-protocol member upgrades the group; the classic member is told to rejoin
+            r = _heartbeat(wire, group, "modern-1", "wm")
+            assert r.error_code == 0
+            assert _describe_members(wire, group) == {classic_id: 0, "modern-1": 1}
+            heartbeat = Struct(group_id=group, generation_id=1, member_id=classic_id, group_instance_id=None)
+            assert wire.request(12, 3, heartbeat).error_code == E.REBALANCE_IN_PROGRESS
+    finally:
+        runner.stop()
+    runner = BrokerRunner(OVERRIDES, data_dir=str(tmp_path)).start()
+    try:
+        with WireClient(runner.host, runner.port, timeout=10) as wire:
+            assert _describe_members(wire, group) == {classic_id: 0, "modern-1": 1}
+            r = wire.request(11, 5, join)  # the classic member rejoins: it gives up a partition
+            assert r.error_code == 0 and r.leader == "" and r.protocol_name == "range"
+            r = wire.request(14, 3, Struct(group_id=group, generation_id=r.generation_id,
+                                           member_id=classic_id, group_instance_id=None, assignments=[]))
+            assert r.error_code == 0 and len(decode_assignment(r.assignment)["wm"]) == 1
+            r = wire.request(13, 3, Struct(group_id=group, members=[Struct(member_id=classic_id,
+                                                                           group_instance_id=None)]))
+            assert r.error_code == 0 and r.members[0].error_code == 0
+            assert _describe_members(wire, group) == {"modern-1": 1}
+    finally:
+        runner.stop()
