@@ -551,3 +551,23 @@ def test_acls_survive_a_restart_and_need_an_authorizer(minibroker_factory, minib
             admin.describe_acls(everything)
     finally:
         admin.close()
+
+
+def test_a_failed_acl_save_changes_nothing(tmp_path, monkeypatch):
+    # fault path: minibroker-acls.json cannot be written: create and delete raise OSError, nothing changes
+    import minibroker.storage.metadata_file as metadata_file
+
+    seen = []
+    store = AclStore(str(tmp_path), on_change=seen.append)
+    first = acl(T, "orders", L, ALICE, Op.READ)
+    store.create([first])
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metadata_file, "save_metadata", full_disk)
+    with pytest.raises(OSError):
+        store.create([acl(T, "payments", L, BOB, Op.WRITE)])
+    with pytest.raises(OSError):
+        store.delete([AclFilter(T, "orders", L, None, None, Op.ANY, PermissionType.ANY)])
+    assert store.acls == frozenset({first}) and len(seen) == 1

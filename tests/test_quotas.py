@@ -430,3 +430,25 @@ def test_broker_wide_connection_creation_rate_delays_accepting(minibroker_factor
         for s in socks:
             s.close()
     assert broker.broker.socket_server.connection_rates.broker_throttles >= 1
+
+
+def test_a_failed_quota_save_changes_nothing(tmp_path, monkeypatch):
+    # fault path: minibroker-client-quotas cannot be written (ENOSPC): UNKNOWN_SERVER_ERROR, nothing applied
+    from types import SimpleNamespace as NS
+
+    import minibroker.storage.metadata_file as metadata_file
+    from minibroker.errors import ErrorCode
+    from minibroker.security.quotas import ClientQuotas
+
+    quotas = ClientQuotas(str(tmp_path))
+    quotas.load()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metadata_file, "save_metadata", full_disk)
+    entry = NS(entity=[NS(entity_type="client-id", entity_name="app")],
+               ops=[NS(key="producer_byte_rate", value=1024.0, remove=False)])
+    [(code, message)] = quotas.alter([entry], validate_only=False)
+    assert code == ErrorCode.UNKNOWN_SERVER_ERROR and "could not be saved" in message
+    assert quotas.entities == {}

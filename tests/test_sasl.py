@@ -823,3 +823,40 @@ def test_oauthbearer_server_messages():
     with pytest.raises(SaslAuthenticationError, match="authorization id"):
         OAuthBearerServer(UnsecuredJwsValidator({})).evaluate(
             f"n,a=bob,\x01auth=Bearer {_unsecured_jwt('alice')}\x01\x01".encode())
+
+
+def test_a_failed_credentials_save_changes_nothing(tmp_path, monkeypatch):
+    # fault path: the credentials file cannot be written (ENOSPC): every accepted alteration is answered
+    # UNKNOWN_SERVER_ERROR and neither memory nor disk changes
+    from minibroker.errors import ErrorCode
+    from minibroker.security import scram_credentials as sc
+
+    store = sc.ScramCredentialStore(str(tmp_path))
+    ok = store.alter([], [sc.Upsertion("ann", 1, 4096, b"salt", b"s" * 32)])
+    assert [r.error_code for r in ok] == [0]
+    before = (tmp_path / sc.CREDENTIALS_FILE).read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sc, "save_metadata", full_disk)
+    failed = store.alter([sc.Deletion("ann", 1)], [sc.Upsertion("bo", 1, 4096, b"salt", b"s" * 32)])
+    assert {r.user: r.error_code for r in failed} == {"ann": ErrorCode.UNKNOWN_SERVER_ERROR,
+                                                      "bo": ErrorCode.UNKNOWN_SERVER_ERROR}
+    assert store.users() == ["ann"] and store.get("ann", "SCRAM-SHA-256") is not None
+    assert (tmp_path / sc.CREDENTIALS_FILE).read_bytes() == before
+
+
+def test_a_damaged_credentials_file_keeps_what_it_can(tmp_path):
+    # fault path: a hand-edited or damaged credentials file: unreadable entries are skipped, the rest load
+    from minibroker.security import scram_credentials as sc
+
+    good = {"salt": "c2FsdA==", "stored_key": "a2V5", "server_key": "a2V5", "iterations": 4096}
+    (tmp_path / sc.CREDENTIALS_FILE).write_text(json.dumps({"version": 1, "users": {
+        "ann": {"SCRAM-SHA-256": good, "SCRAM-SHA-1": good},
+        "bo": {"SCRAM-SHA-256": {"salt": "not base64!", "iterations": 4096}},
+        "cy": "garbage"}}))
+    store = sc.ScramCredentialStore(str(tmp_path))
+    assert store.users() == ["ann"] and store.get("ann", "SCRAM-SHA-256").salt == b"salt"
+    (tmp_path / sc.CREDENTIALS_FILE).write_text(json.dumps(["not", "a", "dict"]))
+    assert sc.ScramCredentialStore(str(tmp_path)).users() == []

@@ -25,6 +25,7 @@ from minibroker.security.sasl.scram import (
     credential_from_salted_password,
     salted_password,
     saslname_from_username,
+    xor_bytes,
 )
 
 _STRING_CLAIM, _NUMBER_CLAIM, _LIST_CLAIM = ("unsecuredLoginStringClaim_", "unsecuredLoginNumberClaim_",
@@ -90,8 +91,7 @@ class ScramClient:
         without_proof = f"c={base64.b64encode(b'n,,').decode()},r={nonce}"
         auth_message = f"{self._client_first_bare},{text},{without_proof}".encode()
         client_key = self.mechanism.hmac(salted, b"Client Key")
-        client_signature = self.mechanism.hmac(credential.stored_key, auth_message)
-        proof = bytes(a ^ b for a, b in zip(client_key, client_signature, strict=True))
+        proof = xor_bytes(client_key, self.mechanism.hmac(credential.stored_key, auth_message))
         self._server_signature = self.mechanism.hmac(credential.server_key, auth_message)
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 

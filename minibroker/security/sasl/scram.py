@@ -72,6 +72,11 @@ def credential_from_salted_password(mechanism: ScramMechanism, salt: bytes, salt
     return ScramCredential(salt, mechanism.digest(client_key), server_key, iterations)
 
 
+def xor_bytes(a: bytes, b: bytes) -> bytes:
+    """ClientProof = ClientKey XOR ClientSignature, and back (RFC 5802); equal lengths."""
+    return bytes(x ^ y for x, y in zip(a, b, strict=True))
+
+
 def new_salt() -> bytes:
     return secrets.token_bytes(32)
 
@@ -197,7 +202,7 @@ class ScramServer:
         client_signature = self.mechanism.hmac(credential.stored_key, auth_message)
         if len(proof) != len(client_signature):
             raise SaslCredentialsError("Invalid client credentials")
-        client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))
+        client_key = xor_bytes(proof, client_signature)
         if not hmac.compare_digest(self.mechanism.digest(client_key), credential.stored_key):
             raise SaslCredentialsError("Invalid client credentials")
         server_signature = self.mechanism.hmac(credential.server_key, auth_message)
