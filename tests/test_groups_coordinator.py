@@ -16,6 +16,7 @@ from minibroker.coordinator.group_records import (
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
+    encode_offset_commit_key,
 )
 from minibroker.errors import ErrorCode as E
 from minibroker.errors import KafkaError
@@ -360,3 +361,38 @@ async def test_offsets_retention_of_empty_and_simple_groups():
     assert c.expire_offsets(now=empty_since + week) == 1
     assert "g" not in c.groups
     assert decode_key(c.store.records[-1][0]) == GroupMetadataKey("g") and c.store.records[-1][1] is None
+
+
+async def test_load_skips_an_unreadable_offsets_record():
+    c = make_coordinator()
+    c.commit_offsets("g", -1, "", None, {("t", 0): OffsetCommitValue(7)})
+    c.close()
+    d = make_coordinator(records=[(encode_offset_commit_key("bad", "t", 0), b"\x00\x09garbage"),
+                                  *c.store.records])
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not d.loading and "bad" not in d.groups
+    assert d.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 7
+    d.close()
+
+
+@pytest.mark.parametrize("code, answered", [
+    ("KAFKA_STORAGE_ERROR", "NOT_COORDINATOR"),  # a full or failed log dir
+    ("MESSAGE_TOO_LARGE", "INVALID_COMMIT_OFFSET_SIZE"),
+    ("PRODUCER_FENCED", "PRODUCER_FENCED"),  # a transactional commit's producer sees why
+    ("CORRUPT_MESSAGE", "COORDINATOR_NOT_AVAILABLE"),
+])
+def test_an_offsets_append_failure_answers_a_group_error(code, answered):
+    from types import SimpleNamespace
+
+    from minibroker.coordinator.offsets_store import OFFSETS_TOPIC, OffsetsTopic
+
+    def fail(*args, **kwargs):
+        raise KafkaError(E[code], "refused")
+
+    topics = {OFFSETS_TOPIC: SimpleNamespace(partitions=1)}
+    broker = SimpleNamespace(config={}, logs=SimpleNamespace(topics=topics),
+                             replicas=SimpleNamespace(append_records=fail))
+    with pytest.raises(KafkaError) as info:
+        OffsetsTopic(broker).append("g", [(b"k", b"v")], producer_id=5, producer_epoch=0)
+    assert info.value.code == E[answered]

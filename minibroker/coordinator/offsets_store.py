@@ -117,7 +117,6 @@ class OffsetsTopic:
         in order."""
         from minibroker.records import ControlType, parse_control_record, v2
         from minibroker.records.batches import batch_at
-        from minibroker.records.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES, decompress
 
         plog = self.broker.logs.get_log(OFFSETS_TOPIC, partition)
         if plog is None:
@@ -129,11 +128,7 @@ class OffsetsTopic:
             if entry.magic == 2 and not batch.is_control:
                 # Keys and values only, from the records' lengths (v2.record_keys): what a load needs.
                 h = v2.BatchHeader(data, entry.position)
-                buf, rstart, rend = data, entry.position + v2.RECORDS_OFFSET, entry.position + entry.size
-                if h.compression:
-                    buf = decompress(h.compression, memoryview(data)[rstart:rend], magic=2,
-                                     max_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES)
-                    rstart, rend = 0, len(buf)
+                buf, rstart, rend = v2.records_section(h)
                 spans = v2.record_keys(buf, rstart, rend, h.record_count)
                 if spans is not None:
                     base = h.base_offset

@@ -907,6 +907,15 @@ def decode_records(
     return out
 
 
+def records_section(h: BatchHeader, max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES):
+    """``(buffer, start, end)`` of the records of the batch ``h``, decompressed if need be."""
+    start, end = h.position + RECORDS_OFFSET, h.position + h.size
+    if h.compression == Compression.NONE:
+        return h.buf, start, end
+    data = decompress(h.compression, memoryview(h.buf)[start:end], magic=2, max_bytes=max_decompressed_bytes)
+    return data, 0, len(data)
+
+
 def batch_records(
     buf,
     position: int = 0,
@@ -915,11 +924,7 @@ def batch_records(
 ) -> list[Record]:
     """Decode every record of the v2 batch at ``position`` (decompressing if needed)."""
     h = BatchHeader(buf, position)
-    codec = h.compression
-    start, end = position + RECORDS_OFFSET, position + h.size
-    if codec != Compression.NONE:
-        buf = decompress(codec, memoryview(h.buf)[start:end], magic=2, max_bytes=max_decompressed_bytes)
-        start, end = 0, len(buf)
+    buf, start, end = records_section(h, max_decompressed_bytes)
     return decode_records(
         buf,
         start,

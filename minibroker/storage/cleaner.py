@@ -64,11 +64,11 @@ from typing import Any, NamedTuple
 import crc32c
 
 from minibroker.records import v2
-from minibroker.records.codecs import DEFAULT_MAX_DECOMPRESSED_BYTES, decompress
 from minibroker.records.control import ControlType, read_end_txn_marker
 from minibroker.records.framing import entry_size_at, read_entry, scan_entries
 from minibroker.records.record import TimestampType
 from minibroker.storage import checkpoints as ckpt
+from minibroker.storage.log_dir_move import crash_hook_from_env
 from minibroker.storage.partition_log import PartitionLog
 from minibroker.storage.segment import LogSegment, segment_file_name
 from minibroker.storage.txn_index import AbortedTxn
@@ -414,16 +414,6 @@ class _ProducerScan:
         return _ProducerSummary(self.last_data, self.last_batch, first_unstable)
 
 
-def _records_section(buf, info, h: v2.BatchHeader) -> tuple[Any, int, int]:
-    """``(buffer, start, end)`` of the batch's records, decompressed if need be."""
-    start, end = info.position + v2.RECORDS_OFFSET, info.position + info.size
-    if h.compression:
-        data = decompress(h.compression, memoryview(buf)[start:end], magic=2,
-                          max_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES)
-        return data, 0, len(data)
-    return buf, start, end
-
-
 def _patch_header(batch: bytearray, last_offset_delta: int) -> bytes:
     """Restore the original last offset delta (the producer's last sequence depends on it, as in
     Kafka's overrideLastOffset) and the CRC."""
@@ -538,7 +528,7 @@ def _job_build_offset_map(pass_key: str, refs: list[_FileRef], aborted: list[Abo
                 elif not txn.on_data_batch(h):
                     if len(offset_map) and not offset_map.has_room_for(h.record_count):
                         return offset_map.latest_offset + 1, counts  # full: the next pass goes on from here
-                    records, rstart, rend = _records_section(buf, info, h)
+                    records, rstart, rend = v2.records_section(h)
                     spans = v2.record_keys(records, rstart, rend, h.record_count)
                     if spans is None:  # not walkable: the full decode says why
                         for record in v2.batch_records(buf, info.position):
@@ -638,7 +628,7 @@ def _filter_batch(buf, info, offset_map: OffsetMap, summary: _ProducerSummary, t
         return (_empty_batch(h) if last_of_producer else None), None
     # Which records stay, from their keys and offsets only (``v2.record_keys``); the batch is decoded
     # only when it must be rebuilt: some records go, or its tombstones get their horizon.
-    data, rstart, rend = _records_section(buf, info, h)
+    data, rstart, rend = v2.records_section(h)
     spans = v2.record_keys(data, rstart, rend, h.record_count)
     if spans is None:  # not walkable: the full decode says why
         decoded = v2.batch_records(buf, info.position)
@@ -1446,22 +1436,8 @@ class LogCleaner:
 
 def _crash_hook_from_env() -> Callable[[str], None] | None:
     """The ``MINIBROKER_CLEANER_CRASH_AT`` test hook (docs/storage.md, "Compaction"), or None."""
-    at = os.environ.get(CRASH_AT_ENV, "").strip()
-    if not at:
-        return None
-    if at.removesuffix(MERGE_SUFFIX) not in SWAP_STEPS:
-        raise ValueError(f"{CRASH_AT_ENV}={at!r}: not one of {', '.join(SWAP_STEPS)} (optionally followed "
-                         f"by {MERGE_SUFFIX})")
-    log.warning("%s=%s: this process exits when a cleaner swap reaches that step (a test hook)",
-                CRASH_AT_ENV, at)
-
-    def crash(step: str) -> None:
-        if step == at:
-            log.warning("%s: exiting at swap step %s", CRASH_AT_ENV, step)
-            logging.shutdown()
-            os._exit(CRASH_EXIT_CODE)
-
-    return crash
+    return crash_hook_from_env(CRASH_AT_ENV, SWAP_STEPS, "cleaner swap", CRASH_EXIT_CODE, suffix=MERGE_SUFFIX,
+                               logger=log)
 
 
 def complete_interrupted_swap(name: str, directory: str) -> None:

@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from minibroker.storage import checkpoints as ckpt
@@ -79,22 +80,31 @@ def parse_future_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-def move_crash_hook_from_env():
-    at = os.environ.get(MOVE_CRASH_AT_ENV, "").strip()
+def crash_hook_from_env(env: str, steps, what: str, exit_code: int, *, suffix: str = "",
+                        logger: logging.Logger = log) -> Callable[[str], None] | None:
+    """The ``<env>=<step>[<suffix>]`` kill -9 test hook: ``crash(step)`` ends the process with
+    os._exit(``exit_code``) when ``step`` is the one named; None when ``env`` is not set. ``what``
+    names the operation ("partition move"), whose last word names its steps in the log."""
+    at = os.environ.get(env, "").strip()
     if not at:
         return None
-    if at not in MOVE_STEPS:
-        raise ValueError(f"{MOVE_CRASH_AT_ENV}={at!r}: not one of {', '.join(MOVE_STEPS)}")
-    log.warning("%s=%s: this process exits when a partition move reaches that step (a test hook)",
-                MOVE_CRASH_AT_ENV, at)
+    if at.removesuffix(suffix) not in steps:
+        hint = f" (optionally followed by {suffix})" if suffix else ""
+        raise ValueError(f"{env}={at!r}: not one of {', '.join(steps)}{hint}")
+    logger.warning("%s=%s: this process exits when a %s reaches that step (a test hook)", env, at, what)
+    kind = what.rpartition(" ")[2]
 
     def crash(step: str) -> None:
         if step == at:
-            log.warning("%s: exiting at move step %s", MOVE_CRASH_AT_ENV, step)
+            logger.warning("%s: exiting at %s step %s", env, kind, step)
             logging.shutdown()
-            os._exit(MOVE_CRASH_EXIT_CODE)
+            os._exit(exit_code)
 
     return crash
+
+
+def move_crash_hook_from_env() -> Callable[[str], None] | None:
+    return crash_hook_from_env(MOVE_CRASH_AT_ENV, MOVE_STEPS, "partition move", MOVE_CRASH_EXIT_CODE)
 
 
 @dataclass

@@ -762,9 +762,6 @@ def test_closing_the_cleaner_during_a_swaps_file_steps_waits_for_them_and_comple
 def test_the_key_walk_gives_what_the_full_decode_gives(codec):
     import random
 
-    from minibroker.records.framing import read_entry
-    from minibroker.storage.cleaner import _records_section
-
     rnd = random.Random(codec)
     for _ in range(40):
         rows = []
@@ -775,7 +772,7 @@ def test_the_key_walk_gives_what_the_full_decode_gives(codec):
             rows.append((500 + i, NOW + rnd.randrange(-10**6, 10**9), key, value, headers))
         data = v2.build_batch(rows, base_offset=500, compression=codec)
         h = v2.BatchHeader(data, 0)
-        buf, start, end = _records_section(data, read_entry(data, 0), h)
+        buf, start, end = v2.records_section(h)
         spans = v2.record_keys(buf, start, end, h.record_count)
         decoded = v2.batch_records(data, 0)
         assert [(500 + d, None if ks < 0 else bytes(buf[ks:ke]), None if vs < 0 else bytes(buf[vs:ve]))
