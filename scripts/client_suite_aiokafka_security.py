@@ -33,12 +33,12 @@ import os
 import pathlib
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 
 import pytest
+from client_suite_kafka_python import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AIOKAFKA_VERSION = "0.14.0"
@@ -74,12 +74,6 @@ def _ssl_folder() -> pathlib.Path:
     return _Session.ssl_folder
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 class _Server:
     def __init__(self, ports: dict[str, int]):
         self.host, self.container = HOST, None
@@ -93,7 +87,7 @@ def _kafka_server() -> _Server:
         from minibroker.testing import BrokerRunner
 
         certs = os.path.dirname(_ssl_folder())
-        ports = {proto: _free_port() for proto in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+        ports = {proto: free_port() for proto in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
         listeners = ",".join(f"{proto}://{HOST}:{port}" for proto, port in ports.items())
         plain = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
                  'password="admin" ' + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")

@@ -103,14 +103,13 @@ def default_value(field: dict):
     return None  # a struct: absent unless given
 
 
-def field_tuple(f: dict, structs: dict[str, list[dict]]) -> tuple:
-    """A field as a tuple of constants: (name, type, versions, nullable, tag, flexible, default, fields)."""
+def field_tuple(f: dict) -> tuple:
+    """A field as a tuple of constants: (name, type, versions, nullable, tag, flexible, default, fields);
+    struct types come inlined (``inline_structs``)."""
     t = f["type"]
     is_array = t.startswith("[]")
     elem = t[2:] if is_array else t
     sub = f.get("fields")
-    if elem not in PRIMITIVES and sub is None:
-        sub = structs[elem]
     kind = t if elem in PRIMITIVES else ("[]struct" if is_array else "struct")
     nullable = parse_versions(f.get("nullableVersions")) if f.get("nullableVersions") else None
     tag = int(f["tag"]) if "tag" in f else None
@@ -133,7 +132,7 @@ def field_tuple(f: dict, structs: dict[str, list[dict]]) -> tuple:
     type_zero = [] if is_array else zero.get(elem)
     if default == type_zero and type(default) is type(type_zero):
         default = ...  # the type's zero value
-    fields = tuple(field_tuple(x, structs) for x in sub) if sub is not None else None
+    fields = tuple(field_tuple(x) for x in sub) if sub is not None else None
     return (snake(f["name"]), kind, parse_versions(f["versions"]), nullable, tag, flexible, default, fields)
 
 
@@ -302,7 +301,7 @@ def generate_schema(shared: str) -> str:
             spec.get("apiKey", -1),
             parse_versions(spec["validVersions"]),
             parse_versions(spec["flexibleVersions"]),
-            tuple(field_tuple(f, {}) for f in spec["fields"]),
+            tuple(field_tuple(f) for f in spec["fields"]),
         )
         # ``...`` (not the name Ellipsis) keeps every entry one constant in the compiled module
         lines.append(f"    {name!r}: {entry!r},".replace("Ellipsis", "..."))

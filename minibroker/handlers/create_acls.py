@@ -8,7 +8,7 @@ permission other than ALLOW/DENY; and a principal that is not ``Type:name``); th
 together (one already present is a success and no change) and saved to ``minibroker-acls.json``. A save
 that fails (disk full) answers those creations UNKNOWN_SERVER_ERROR and changes nothing.
 Version notes: v0 has no pattern type (LITERAL). A request Kafka cannot parse closes the connection, as
-Kafka's does: a v0 creation with another pattern type, or a field set to UNKNOWN (0).
+Kafka's does: a creation with a field set to UNKNOWN (0).
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ def _result(code=0, message=None) -> Struct:
 def handle_create_acls(broker, header, request):
     version = header.api_version
     for c in request.creations:
-        pattern = c.resource_pattern_type if version >= 1 else PatternType.LITERAL
-        if version == 0 and pattern != PatternType.LITERAL:
-            raise CloseConnection("CreateAcls v0 only supports literal resource pattern types")
+        pattern = c.resource_pattern_type if version >= 1 else PatternType.LITERAL  # v0 has no pattern field
         if 0 in (pattern, c.resource_type, c.permission_type, c.operation):
             raise CloseConnection("CreateAcls creations contain unknown elements")
     refused = refusal(broker, header, AclOperation.ALTER)

@@ -5,9 +5,8 @@ SECURITY_DISABLED "No Authorizer is configured on the broker", as Kafka answers.
 filter matches (minibroker/security/acls.py AclFilter: ANY and null fields match anything, pattern type
 MATCH finds the literal, wildcard and prefixed ACLs that apply to one name), grouped by resource pattern.
 A filter code Kafka does not know (e.g. resource type 99) matches nothing, as in Kafka.
-Version notes: v0 has no pattern type: it is LITERAL (ANY is read as LITERAL, as Kafka's request
-normalizes it). A request Kafka cannot parse closes the connection, as Kafka's does: a v0 filter with
-another pattern type, or a field set to UNKNOWN (0).
+Version notes: v0 has no pattern type: it is LITERAL. A request Kafka cannot parse closes the
+connection, as Kafka's does: a filter with a field set to UNKNOWN (0).
 """
 
 from __future__ import annotations
@@ -34,11 +33,7 @@ def refusal(broker, header, operation: AclOperation) -> tuple[ErrorCode, str] | 
 def wire_filter(version: int, f, api: str):
     """The AclFilter of a DescribeAcls request or a DeleteAcls filter, validated as Kafka's request
     parser does (CloseConnection where it fails to parse)."""
-    pattern = f.pattern_type_filter if version >= 1 else PatternType.LITERAL
-    if version == 0 and pattern == PatternType.ANY:
-        pattern = PatternType.LITERAL
-    if version == 0 and pattern != PatternType.LITERAL:
-        raise CloseConnection(f"{api} v0 only supports literal resource pattern types")
+    pattern = f.pattern_type_filter if version >= 1 else PatternType.LITERAL  # v0 has no pattern field
     if 0 in (pattern, f.resource_type_filter, f.operation, f.permission_type):
         raise CloseConnection(f"{api} filter contains UNKNOWN elements")
     return filter_from_wire(f.resource_type_filter, f.resource_name_filter, pattern, f.principal_filter,

@@ -41,12 +41,11 @@ def partition_known(broker, topic: str, partition: int) -> bool:
     return info is not None and 0 <= partition < info.partitions
 
 
-def known_partitions(broker, request, errors: dict, header=None):
+def known_partitions(broker, request, errors: dict, header):
     """(topic-partition, request partition) of each partition of an offset commit request that exists;
-    the others get UNKNOWN_TOPIC_OR_PARTITION in ``errors`` (OffsetCommit and TxnOffsetCommit), or first,
-    given the ``header``, TOPIC_AUTHORIZATION_FAILED when the principal may not READ the topic."""
-    refused = frozenset() if header is None else denied(broker, header, AclOperation.READ, ResourceType.TOPIC,
-                                                        (t.name for t in request.topics))
+    the others get UNKNOWN_TOPIC_OR_PARTITION in ``errors`` (OffsetCommit and TxnOffsetCommit), or first
+    TOPIC_AUTHORIZATION_FAILED when the request's principal may not READ the topic."""
+    refused = denied(broker, header, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)

@@ -33,22 +33,16 @@ def _topics(result: dict, requested, unstable=frozenset(), refused=frozenset()) 
         for t in requested:
             by_topic.setdefault(t.name, [])
     for (topic, partition), value in result.items():
-        if topic in refused:
-            by_topic.setdefault(topic, []).append(Struct(
-                partition_index=partition, committed_offset=-1, committed_leader_epoch=-1, metadata="",
-                error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
-            continue
-        if (topic, partition) in unstable:
-            by_topic.setdefault(topic, []).append(Struct(
-                partition_index=partition, committed_offset=-1, committed_leader_epoch=-1, metadata="",
-                error_code=int(ErrorCode.UNSTABLE_OFFSET_COMMIT)))
-            continue
+        error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if topic in refused
+                 else ErrorCode.UNSTABLE_OFFSET_COMMIT if (topic, partition) in unstable else 0)
+        if error:
+            value = None  # an erring partition shows nothing committed
         by_topic.setdefault(topic, []).append(Struct(
             partition_index=partition,
             committed_offset=value.offset if value is not None else -1,
             committed_leader_epoch=value.leader_epoch if value is not None else -1,
             metadata=value.metadata if value is not None else "",
-            error_code=0))
+            error_code=int(error)))
     return [Struct(name=name, partitions=parts) for name, parts in by_topic.items()]
 
 
@@ -84,9 +78,8 @@ def _fetch(broker, header, group_id: str, topics, require_stable: bool, member_i
     one among all the group's offsets is left out."""
     if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    refused = frozenset()
-    if topics is not None and broker.authorizer is not None:
-        refused = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics))
+    refused = frozenset() if topics is None else denied(broker, header, AclOperation.DESCRIBE,
+                                                        ResourceType.TOPIC, (t.name for t in topics))
     partitions = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes
                                               if t.name not in refused]
     result = broker.groups.fetch_offsets(group_id, partitions, member_id=member_id, member_epoch=member_epoch)
