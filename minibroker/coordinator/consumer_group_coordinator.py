@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import NamedTuple
 
+from minibroker.config import BROKER_CONFIGS
 from minibroker.coordinator import assignors
 from minibroker.coordinator.classic_group import GroupState
 from minibroker.coordinator.consumer_group import (
@@ -136,15 +137,12 @@ class ConsumerGroupCoordinator:
         self.gc = groups  # the GroupCoordinator: store, loop, the shared group id space
         cfg = groups.broker.config
         self.broker = groups.broker
-        defaults = {"group.coordinator.rebalance.protocols": ["classic", "consumer"],
-                    "group.consumer.heartbeat.interval.ms": 5000, "group.consumer.session.timeout.ms": 45000,
-                    "group.consumer.max.size": 2**31 - 1, "group.consumer.assignors": ["uniform", "range"]}
 
         def setting(name):
             try:
                 return cfg[name]
             except KeyError:  # a partial configuration (unit tests of the classic coordinator)
-                return defaults[name]
+                return BROKER_CONFIGS[name].default
 
         self.enabled = "consumer" in setting("group.coordinator.rebalance.protocols")
         self.heartbeat_interval_ms = setting("group.consumer.heartbeat.interval.ms")
@@ -420,15 +418,7 @@ class ConsumerGroupCoordinator:
             replacement = _clone(existing)
             replacement.member_id = member_id
             replacement.member_epoch = replacement.previous_member_epoch = 0
-            target = group.target.get(existing.member_id)
-            group.remove_member(existing.member_id)
-            changes.removed.add(existing.member_id)  # its timers go once the change is written
-            group.put_member(replacement)
-            if target is not None:
-                group.target[member_id] = target
-            changes.target.add(member_id)
-            changes.member_metadata.add(member_id)
-            changes.current.add(member_id)
+            _take_over(group, existing, replacement, changes)
             log.info("group %s: static member %s rejoined as %s", group.group_id, instance_id, member_id)
             return replacement
         if existing is None:
@@ -592,7 +582,7 @@ class ConsumerGroupCoordinator:
         try:
             return str(self.broker.config["group.consumer.migration.policy"]).lower()
         except KeyError:  # a partial configuration (unit tests)
-            return "bidirectional"
+            return BROKER_CONFIGS["group.consumer.migration.policy"].default
 
     def _can_upgrade(self, classic) -> bool:
         """Kafka's validateOnlineUpgrade: the policy allows it, the group speaks the consumer protocol
@@ -809,15 +799,7 @@ class ConsumerGroupCoordinator:
         # the instance restarted: the new member id takes over the old one's assignment and target
         replacement = _clone(existing)
         replacement.member_id = member_id
-        target = group.target.get(existing.member_id)
-        group.remove_member(existing.member_id)
-        changes.removed.add(existing.member_id)
-        group.put_member(replacement)
-        if target is not None:
-            group.target[member_id] = target
-        changes.target.add(member_id)
-        changes.member_metadata.add(member_id)
-        changes.current.add(member_id)
+        _take_over(group, existing, replacement, changes)
         return replacement
 
     def classic_sync(self, group: ConsumerGroup, member_id: str, instance_id: str | None, generation: int,
@@ -1017,6 +999,20 @@ def _check_epoch(member: ConsumerMember, epoch: int, owned) -> None:
         raise _fail(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch ({epoch}) "
                     f"than the one known by the group coordinator ({member.member_epoch}). The member must "
                     "abandon all its partitions and rejoin.")
+
+
+def _take_over(group: ConsumerGroup, existing: ConsumerMember, replacement: ConsumerMember,
+               changes: _Changes) -> None:
+    """A static member's new member id (``replacement``) takes over ``existing``'s place and target."""
+    target = group.target.get(existing.member_id)
+    group.remove_member(existing.member_id)
+    changes.removed.add(existing.member_id)  # its timers go once the change is written
+    group.put_member(replacement)
+    if target is not None:
+        group.target[replacement.member_id] = target
+    changes.target.add(replacement.member_id)
+    changes.member_metadata.add(replacement.member_id)
+    changes.current.add(replacement.member_id)
 
 
 def _clone(member: ConsumerMember) -> ConsumerMember:

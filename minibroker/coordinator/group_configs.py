@@ -55,38 +55,37 @@ def _key(name, type, broker_key, doc, *, default=None, low=None, bounds=(None, N
     return GroupConfigKey(name, type, broker_key, default, low, bounds, allowed, doc)
 
 
+def _bounded(name, low, doc):
+    """An int key overriding ``group.<name>``, bounded by the broker's ``group.<kind>.min|max.<rest>``."""
+    kind, rest = name.split(".", 1)
+    return _key(name, ConfigType.INT, f"group.{name}", doc, low=low,
+                bounds=(f"group.{kind}.min.{rest}", f"group.{kind}.max.{rest}"))
+
+
 _INT, _STR = ConfigType.INT, ConfigType.STRING
 GROUP_CONFIG_KEYS: dict[str, GroupConfigKey] = {k.name: k for k in (
-    _key("consumer.session.timeout.ms", _INT, "group.consumer.session.timeout.ms",
-         "How long a member of this consumer group may go without a heartbeat before it is removed.", low=1,
-         bounds=("group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms")),
-    _key("consumer.heartbeat.interval.ms", _INT, "group.consumer.heartbeat.interval.ms",
-         "Heartbeat interval given to the members of this consumer group.", low=1,
-         bounds=("group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms")),
-    _key("share.session.timeout.ms", _INT, "group.share.session.timeout.ms",
-         "Session timeout of this share group's members.", low=1,
-         bounds=("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms")),
-    _key("share.heartbeat.interval.ms", _INT, "group.share.heartbeat.interval.ms",
-         "Heartbeat interval of this share group's members.", low=1,
-         bounds=("group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms")),
-    _key("share.record.lock.duration.ms", _INT, "group.share.record.lock.duration.ms",
-         "How long this share group's members hold acquired records.", low=1000,
-         bounds=("group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms")),
-    _key("share.delivery.count.limit", _INT, "group.share.delivery.count.limit",
-         "Deliveries of a record to this share group before it is archived.", low=2,
-         bounds=("group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit")),
+    _bounded("consumer.session.timeout.ms", 1,
+             "How long a member of this consumer group may go without a heartbeat before it is removed."),
+    _bounded("consumer.heartbeat.interval.ms", 1,
+             "Heartbeat interval given to the members of this consumer group."),
+    _bounded("share.session.timeout.ms", 1,
+             "Session timeout of this share group's members."),
+    _bounded("share.heartbeat.interval.ms", 1,
+             "Heartbeat interval of this share group's members."),
+    _bounded("share.record.lock.duration.ms", 1000,
+             "How long this share group's members hold acquired records."),
+    _bounded("share.delivery.count.limit", 2,
+             "Deliveries of a record to this share group before it is archived."),
     _key("share.auto.offset.reset", _STR, None,
          "Where this share group starts reading a partition: earliest, latest or by_duration:<ISO-8601 "
          "duration>.", default="latest"),
     _key("share.isolation.level", _STR, None,
          "Whether this share group delivers aborted transactional records: read_committed or "
          "read_uncommitted.", default="read_uncommitted", allowed=("read_committed", "read_uncommitted")),
-    _key("streams.session.timeout.ms", _INT, "group.streams.session.timeout.ms",
-         "Session timeout of this streams group's members.", low=1,
-         bounds=("group.streams.min.session.timeout.ms", "group.streams.max.session.timeout.ms")),
-    _key("streams.heartbeat.interval.ms", _INT, "group.streams.heartbeat.interval.ms",
-         "Heartbeat interval of this streams group's members.", low=1,
-         bounds=("group.streams.min.heartbeat.interval.ms", "group.streams.max.heartbeat.interval.ms")),
+    _bounded("streams.session.timeout.ms", 1,
+             "Session timeout of this streams group's members."),
+    _bounded("streams.heartbeat.interval.ms", 1,
+             "Heartbeat interval of this streams group's members."),
     _key("streams.num.standby.replicas", _INT, "group.streams.num.standby.replicas",
          "Standby replicas per task of this streams group.", low=0,
          bounds=(None, "group.streams.max.standby.replicas")),

@@ -30,6 +30,10 @@ class ToolError(Exception):
     """A failure to report on stderr with exit code 1."""
 
 
+class UsageError(Exception):
+    """Options that do not go together: reported with exit code 2."""
+
+
 def split_host_port(bootstrap: str) -> tuple[str, int]:
     """``host:port`` (the first of a comma-separated list) -> (host, port); port 9092 if missing."""
     first = bootstrap.split(",")[0].strip()
@@ -273,18 +277,29 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     topics.set_defaults(func=run)
 
 
-def run(args, out=None) -> int:
+def run_admin(tool: str, admin_class, actions: dict, args, out=None, check_usage=None) -> int:
+    """Run ``actions[args.action]`` on an ``admin_class`` connection; failures go to stderr, with exit
+    code 2 for usage and client-config errors, 1 for broker errors and unreachable brokers."""
     out = out or sys.stdout
     try:
+        if check_usage is not None:
+            check_usage(args)
         security = read_client_config(args.command_config)
-        with TopicAdmin(args.bootstrap_server, timeout=args.timeout, security=security) as admin:
-            return ACTIONS[args.action](admin, args, out)
+        with admin_class(args.bootstrap_server, timeout=args.timeout, security=security) as admin:
+            return actions[args.action](admin, args, out)
     except ClientConfigError as e:
-        print(f"minibroker topics: {e}", file=sys.stderr)
+        print(f"minibroker {tool}: {e}", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"minibroker {tool} {args.action}: {e}", file=sys.stderr)
         return 2
     except ToolError as e:
-        print(f"minibroker topics: {e}", file=sys.stderr)
+        print(f"minibroker {tool}: {e}", file=sys.stderr)
         return 1
     except OSError as e:
-        print(f"minibroker topics: {failure_text(args.bootstrap_server, e)}", file=sys.stderr)
+        print(f"minibroker {tool}: {failure_text(args.bootstrap_server, e)}", file=sys.stderr)
         return 1
+
+
+def run(args, out=None) -> int:
+    return run_admin("topics", TopicAdmin, ACTIONS, args, out)

@@ -27,15 +27,13 @@ could not be reached, 2 for usage errors.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Iterable
 
 from minibroker.errors import ErrorCode
 from minibroker.protocol import codec
-from minibroker.tools.client_config import ClientConfigError, read_client_config
-from minibroker.tools.topics import error_text, split_host_port
-from minibroker.tools.wire import WireClient, failure_text
+from minibroker.tools.topics import ToolError, UsageError, error_text, run_admin, split_host_port
+from minibroker.tools.wire import WireClient
 
 API_VERSIONS, METADATA, FIND_COORDINATOR, WRITE_TXN_MARKERS = 18, 3, 10, 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
@@ -50,14 +48,6 @@ PRODUCERS_HEADERS = ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "L
                      "CurrentTransactionStartOffset"]
 HANGING_HEADERS = ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
                    "LastTimestamp", "Duration(min)"]
-
-
-class ToolError(Exception):
-    """A failure to report on stderr with exit code 1."""
-
-
-class UsageError(Exception):
-    """Options that do not go together: reported with exit code 2."""
 
 
 def now_ms() -> int:
@@ -406,21 +396,4 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 
 
 def run(args, out=None) -> int:
-    out = out or sys.stdout
-    try:
-        check_usage(args)
-        security = read_client_config(args.command_config)
-        with TransactionAdmin(args.bootstrap_server, timeout=args.timeout, security=security) as admin:
-            return ACTIONS[args.action](admin, args, out)
-    except ClientConfigError as e:
-        print(f"minibroker transactions: {e}", file=sys.stderr)
-        return 2
-    except UsageError as e:
-        print(f"minibroker transactions {args.action}: {e}", file=sys.stderr)
-        return 2
-    except ToolError as e:
-        print(f"minibroker transactions: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"minibroker transactions: {failure_text(args.bootstrap_server, e)}", file=sys.stderr)
-        return 1
+    return run_admin("transactions", TransactionAdmin, ACTIONS, args, out, check_usage)
