@@ -944,3 +944,34 @@ def test_restart_in_the_middle_of_a_transaction(minibroker_factory, topic_name, 
     with WireClient(broker.host, broker.port) as wire:
         r = wire.request(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [f"done-{how}", f"open-{how}"]})
         assert [s.transaction_state for s in r.transaction_states] == ["CompleteCommit", "CompleteAbort"]
+
+
+async def test_a_marker_refused_for_good_is_given_up_and_the_transaction_completes():
+    tc, store, markers = make_coordinator()
+    pid, epoch = tc.init_producer_id("tx", 60000)
+    tc.add_partitions("tx", pid, epoch, [("t", 0)])
+    markers.fail = E.PRODUCER_FENCED  # in _MARKER_GIVE_UP: no retry
+    tc.end_transaction("tx", pid, epoch, True)
+    assert tc.describe("tx").state == "CompleteCommit" and markers.written == []
+    assert not tc._marker_retries
+    tc.close()
+
+
+async def test_load_skips_an_unreadable_transaction_log_record():
+    records = [(encode_key("a"), b"\x00\x09garbage"), (encode_key("b"), _value(S.EMPTY, pid=2))]
+    tc, store, markers = make_coordinator(records)
+    await asyncio.gather(*tc.broker._tasks)
+    assert tc.describe("a").error == E.TRANSACTIONAL_ID_NOT_FOUND
+    assert tc.describe("b").state == "Empty"
+    tc.close()
+
+
+async def test_load_skips_a_transactional_id_in_an_unknown_state():
+    """A state this version does not know (a record of a newer broker) costs that id, not the whole load."""
+    records = [(encode_key("a"), encode_value(TransactionLogValue(7, 0, 60000, 42, [], 1, -1))),
+               (encode_key("b"), _value(S.EMPTY, pid=2))]
+    tc, store, markers = make_coordinator(records)
+    await asyncio.gather(*tc.broker._tasks)
+    assert tc.describe("a").error == E.TRANSACTIONAL_ID_NOT_FOUND
+    assert tc.describe("b").state == "Empty"
+    tc.close()

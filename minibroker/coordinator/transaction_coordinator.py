@@ -322,7 +322,10 @@ class TransactionCoordinator:
                 await asyncio.sleep(0)
             for transactional_id, value in loaded.items():
                 if value is not None and value.transaction_status != S.DEAD:
-                    self.transactions[transactional_id] = self._from_log(transactional_id, value)
+                    try:  # one id in a state this version does not know costs that id, not the load
+                        self.transactions[transactional_id] = self._from_log(transactional_id, value)
+                    except RecordError as e:
+                        log.warning("skipping %s of %s: %s", transactional_id, TRANSACTION_STATE_TOPIC, e)
             log.info("loaded %d transactional ids from %d records of %s", len(self.transactions), count,
                      TRANSACTION_STATE_TOPIC)
         except Exception:
