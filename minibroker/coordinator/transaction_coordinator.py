@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from minibroker.coordinator.group_records import partition_for
+from minibroker.coordinator.internal_topic import InternalTopic
 from minibroker.coordinator.offsets_store import OFFSETS_TOPIC
 from minibroker.coordinator.record_codec import RecordError
 from minibroker.coordinator.transaction_records import (
@@ -71,7 +71,6 @@ SHORT_MAX = 2**15 - 1
 # One node leads __transaction_state at leader epoch 0 for ever: the coordinator epoch markers carry.
 COORDINATOR_EPOCH = 0
 MARKER_RETRY_BACKOFF_MS = 100
-_INTERNAL_PRODUCE_VERSION = 9  # any v2-capable Produce version, for the validator of internal appends
 
 # Errors that retrying a marker cannot cure: Kafka's marker handler gives the partition up on them.
 _MARKER_GIVE_UP = frozenset({E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED, E.TRANSACTION_COORDINATOR_FENCED,
@@ -183,82 +182,44 @@ def log_value(t: Transition) -> TransactionLogValue:
                                None if t.state == S.EMPTY else partitions, t.last_update_ms, t.start_ms)
 
 
-class TransactionStateTopic:
+class TransactionStateTopic(InternalTopic):
     """Appends to and reads ``__transaction_state``; creates it on first need (compacted, like Kafka).
 
     Writes are v2 batches appended through the replica manager with ``from_client=False``,
     synchronously, so a transition is in the log before its answer."""
 
     def __init__(self, broker) -> None:
-        self.broker = broker
         cfg = broker.config
-        info = broker.logs.topics.get(TRANSACTION_STATE_TOPIC)
-        self.num_partitions = (info.partitions if info is not None
-                               else cfg["transaction.state.log.num.partitions"])
-        self.read_chunk = cfg["transaction.state.log.load.buffer.size"]
+        super().__init__(broker, TRANSACTION_STATE_TOPIC, lambda: cfg["transaction.state.log.num.partitions"],
+                         self._configs, read_chunk=cfg["transaction.state.log.load.buffer.size"], logger=log)
 
-    @property
-    def exists(self) -> bool:
-        return TRANSACTION_STATE_TOPIC in self.broker.logs.topics
-
-    def ensure_topic(self) -> None:
-        if self.exists:
-            return
-        from minibroker.topic_admin import create_topic
-
+    def _configs(self) -> dict[str, str]:
         cfg = self.broker.config
         # Kafka's TransactionLog topic configs: compacted, uncompressed, unclean election off.
-        configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
-                   "min.insync.replicas": str(cfg["transaction.state.log.min.isr"]),
-                   "unclean.leader.election.enable": "false",
-                   "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])}
-        try:
-            info = create_topic(self.broker, TRANSACTION_STATE_TOPIC, self.num_partitions, -1, configs)
-        except KafkaError as e:
-            if e.code != E.TOPIC_ALREADY_EXISTS:
-                raise
-            info = self.broker.logs.topics[TRANSACTION_STATE_TOPIC]
-        self.num_partitions = info.partitions
-        log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC, info.partitions)
+        return {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                "min.insync.replicas": str(cfg["transaction.state.log.min.isr"]),
+                "unclean.leader.election.enable": "false",
+                "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])}
 
-    def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.num_partitions)
+    def map_append_error(self, e: KafkaError) -> KafkaError:
+        # TransactionStateManager.appendTransactionToLog's mapping of append errors
+        if e.code in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE):
+            return KafkaError(E.UNKNOWN_SERVER_ERROR, str(e))
+        if e.code in (E.KAFKA_STORAGE_ERROR, E.NOT_LEADER_OR_FOLLOWER):
+            return KafkaError(E.NOT_COORDINATOR, str(e))
+        return KafkaError(E.COORDINATOR_NOT_AVAILABLE, str(e))
 
     def append(self, transactional_id: str, value: bytes | None) -> None:
         """Write one transactional id's record; raises KafkaError with the code Kafka's coordinator gives
         its client when the append fails."""
-        from minibroker.records import v2
-
-        batch = v2.build_batch([(0, now_ms(), encode_key(transactional_id), value, ())])
-        try:
-            self.ensure_topic()
-            self.broker.replicas.append_records(TRANSACTION_STATE_TOPIC, self.partition_for(transactional_id),
-                                                batch, _INTERNAL_PRODUCE_VERSION, from_client=False)
-        except KafkaError as e:
-            log.warning("could not write transactional id %s to %s: %s", transactional_id,
-                        TRANSACTION_STATE_TOPIC, e)
-            # TransactionStateManager.appendTransactionToLog's mapping of append errors
-            if e.code in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE):
-                raise KafkaError(E.UNKNOWN_SERVER_ERROR, str(e)) from e
-            if e.code in (E.KAFKA_STORAGE_ERROR, E.NOT_LEADER_OR_FOLLOWER):
-                raise KafkaError(E.NOT_COORDINATOR, str(e)) from e
-            raise KafkaError(E.COORDINATOR_NOT_AVAILABLE, str(e)) from e
+        super().append(transactional_id, [(encode_key(transactional_id), value)],
+                       what=f"transactional id {transactional_id}")
 
     def read_partition(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         """Every (key, value) of one partition from its log start to its current end, in order."""
-        from minibroker.records.batches import batch_at
-
-        plog = self.broker.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
-        if plog is None:
-            return
-        start = plog.log_start_offset
-        for data, entry in plog.iter_entries(start, self.read_chunk):
-            batch = batch_at(data, entry.position)
-            if batch.is_control:
-                continue
-            for record in batch.records():
-                if record.offset >= start and record.key is not None:
-                    yield record.key, record.value
+        for record in super().read_partition(partition):
+            if record.commit is None:  # transaction markers are not part of this topic's state
+                yield record.key, record.value
 
 
 class TransactionCoordinator:
