@@ -275,6 +275,9 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None:
             return group, False, False, None
+        share = getattr(self.gc, "share", None)
+        if share is not None and group_id in share.groups:
+            raise _fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         classic = self.gc.groups.get(group_id)
         if (classic is not None and create and not classic.is_(GroupState.EMPTY)
                 and self._can_upgrade(classic)):
@@ -886,7 +889,8 @@ class ConsumerGroupCoordinator:
             return E.INVALID_GROUP_ID, None, None
         group = self.groups.get(group_id)
         if group is None:
-            if group_id in self.gc.groups:
+            share = getattr(self.gc, "share", None)
+            if group_id in self.gc.groups or (share is not None and group_id in share.groups):
                 return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
             return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
         return E.NONE, None, group

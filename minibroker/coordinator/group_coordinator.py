@@ -8,6 +8,10 @@ pending-sync timeouts, offsets retention), never polling. Durable state goes to
 ``__consumer_offsets`` through ``OffsetsTopic`` before a response is sent, and is read back when
 the coordinator starts (until then group requests get COORDINATOR_LOAD_IN_PROGRESS).
 
+Consumer (KIP-848) and share (KIP-932) groups share the group id space and ``__consumer_offsets``; their
+coordinators (``self.consumer``, ``self.share``) are created here, loaded in the same pass over the topic,
+and answer the APIs every group type shares (listing, deleting) through this class.
+
 The rules and error codes per state follow Kafka's classic GroupCoordinator (KIP-345 static
 members, KIP-394 member id required, KIP-211 offsets retention of empty groups, KIP-814 skip
 assignment). This node is the coordinator of every group, so NOT_COORDINATOR is never returned.
@@ -39,6 +43,7 @@ from minibroker.coordinator.group_records import (
     OffsetCommitKey,
     OffsetCommitValue,
     RecordError,
+    ShareGroupKey,
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
@@ -48,6 +53,7 @@ from minibroker.coordinator.group_records import (
     encode_offset_commit_value,
 )
 from minibroker.coordinator.offsets_store import OffsetsTopic, StoredRecord
+from minibroker.coordinator.share_group_coordinator import ShareGroupCoordinator
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.uuids import uuid4_text
 
@@ -139,6 +145,8 @@ class GroupCoordinator:
         self.configs.load()
         # consumer (KIP-848) groups: the same id space, kept apart from the classic ones
         self.consumer = ConsumerGroupCoordinator(self)
+        # share (KIP-932) groups: the same id space again
+        self.share = ShareGroupCoordinator(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -158,6 +166,7 @@ class GroupCoordinator:
         if self._retention_timer is not None:
             self._retention_timer.cancel()
         self.consumer.close()
+        self.share.close()
         for group in self.groups.values():
             for m in group.members.values():
                 if m.heartbeat_timer is not None:
@@ -177,6 +186,7 @@ class GroupCoordinator:
         offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
         open_txns: dict[str, dict[int, dict[tuple[str, int], OffsetCommitValue]]] = {}
         consumer: dict[str, dict[tuple[int, str], bytes]] = {}  # consumer group -> its records
+        share: dict[str, dict[tuple[int, str], bytes]] = {}  # share group -> its records
         count = 0
         # Plain records are decoded only once per key: the last value of each raw key, in the order of
         # those last writes (re-inserted on each write), is what applying every record in turn leaves.
@@ -184,7 +194,7 @@ class GroupCoordinator:
 
         def apply_latest() -> None:
             for key_bytes, value_bytes in latest.items():
-                self._apply_record(key_bytes, value_bytes, metadata, offsets, consumer)
+                self._apply_record(key_bytes, value_bytes, metadata, offsets, consumer, share)
             latest.clear()
 
         try:
@@ -219,19 +229,25 @@ class GroupCoordinator:
                         self.consumer.load(group_id, records, offsets.get(group_id, {}))
                     except Exception as e:  # one unreadable group must not stop the others loading
                         log.warning("skipping unreadable consumer group %s: %s", group_id, e)
+            for group_id, records in share.items():
+                if group_id not in self.consumer.groups and metadata.get(group_id) is None:
+                    try:
+                        self.share.load(group_id, records)
+                    except Exception as e:  # one unreadable group must not stop the others loading
+                        log.warning("skipping unreadable share group %s: %s", group_id, e)
             for group_id in set(metadata) | set(offsets):
-                if group_id not in self.consumer.groups:
+                if group_id not in self.consumer.groups and group_id not in self.share.groups:
                     self._load_group(group_id, metadata.get(group_id), offsets.get(group_id, {}))
             self.pending_txn_offsets = open_txns
             log.info("loaded %d groups from %d records of __consumer_offsets",
-                     len(self.groups) + len(self.consumer.groups), count)
+                     len(self.groups) + len(self.consumer.groups) + len(self.share.groups), count)
         except Exception:
             log.exception("loading __consumer_offsets failed")
         finally:
             self.loading = False
 
     @staticmethod
-    def _apply_record(key_bytes, value_bytes, metadata, offsets, consumer=None) -> None:
+    def _apply_record(key_bytes, value_bytes, metadata, offsets, consumer=None, share=None) -> None:
         try:
             key = decode_key(key_bytes)
             if isinstance(key, OffsetCommitKey):
@@ -245,6 +261,12 @@ class GroupCoordinator:
                 metadata[key.group] = value
             elif isinstance(key, ConsumerGroupKey) and consumer is not None:
                 records = consumer.setdefault(key.group, {})
+                if value_bytes is None:
+                    records.pop((key.record_type, key.member), None)
+                else:
+                    records[(key.record_type, key.member)] = value_bytes
+            elif isinstance(key, ShareGroupKey) and share is not None:
+                records = share.setdefault(key.group, {})
                 if value_bytes is None:
                     records.pop((key.record_type, key.member), None)
                 else:
@@ -296,6 +318,12 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return self.store.partition_for(group_id)
 
+    def _refuse_share_group(self, group_id: str) -> None:
+        """Committed offsets are not a share group's (Kafka's ShareGroup.validateOffsetCommit and
+        validateOffsetFetch/Delete)."""
+        if group_id in self.share.groups:
+            raise KafkaError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+
     # -- JoinGroup ------------------------------------------------------------------------------
 
     async def join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
@@ -318,6 +346,8 @@ class GroupCoordinator:
                 and _storable((new_member_prefix or "") + "-" + "0" * 36)):  # prefix-uuid
             return JoinResult(E.INVALID_REQUEST, member_id)
         unknown = member_id == ""
+        if group_id in self.share.groups:  # Kafka: a group of another type is not joined classically
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             if consumer_group.members:  # a classic member in a consumer group (online migration)
@@ -793,6 +823,7 @@ class GroupCoordinator:
         """Store offsets; per-partition errors. Raises KafkaError for errors of the whole request.
         ``generation_id`` is the member epoch for a consumer group (OffsetCommit v9+)."""
         self._check_group_id(group_id, allow_empty=True)
+        self._refuse_share_group(group_id)
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             self.consumer.validate_offset_commit(consumer_group, member_id, generation_id, api_version)
@@ -853,6 +884,7 @@ class GroupCoordinator:
         """Committed offsets (None where nothing is committed); all of them when ``partitions`` is None.
         A consumer group checks ``member_id`` and ``member_epoch`` (OffsetFetch v9+) as Kafka does."""
         self._check_group_id(group_id, allow_empty=True)
+        self._refuse_share_group(group_id)
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             self.consumer.validate_offset_fetch(consumer_group, member_id, member_epoch)
@@ -875,6 +907,7 @@ class GroupCoordinator:
         checks are KIP-447's: a member id, when given, must be in the group; a generation, when given
         (>= 0), must be the group's (a consumer group's member epoch)."""
         self._check_group_id(group_id, allow_empty=True)
+        self._refuse_share_group(group_id)
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             member = consumer_group.members.get(member_id) if member_id else None
@@ -949,6 +982,7 @@ class GroupCoordinator:
                        ) -> dict[tuple[str, int], ErrorCode]:
         """OffsetDelete; raises KafkaError for group-level errors."""
         self._check_group_id(group_id)
+        self._refuse_share_group(group_id)
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             return self._delete_consumer_offsets(consumer_group, partitions)
@@ -999,6 +1033,18 @@ class GroupCoordinator:
                 self._check_group_id(group_id, allow_empty=True)
             except KafkaError as e:
                 out.append((group_id, e.code))
+                continue
+            share_group = self.share.groups.get(group_id)
+            if share_group is not None:
+                if share_group.members:
+                    out.append((group_id, E.NON_EMPTY_GROUP))
+                    continue
+                try:
+                    self.share.delete(share_group)
+                except KafkaError as e:
+                    out.append((group_id, e.code))
+                    continue
+                out.append((group_id, E.NONE))
                 continue
             consumer_group = self.consumer.groups.get(group_id)
             if consumer_group is not None:
@@ -1079,6 +1125,9 @@ class GroupCoordinator:
         if not wanted_types or "consumer" in wanted_types:
             out += [(g.group_id, CONSUMER_PROTOCOL_TYPE, g.state, "consumer")
                     for g in self.consumer.groups.values()
+                    if not wanted_states or g.state.lower() in wanted_states]
+        if not wanted_types or "share" in wanted_types:
+            out += [(g.group_id, "share", g.state, "share") for g in self.share.groups.values()
                     if not wanted_states or g.state.lower() in wanted_states]
         return out
 

@@ -32,6 +32,17 @@ Consumer (KIP-848) groups add key versions 3-8, each naming a record type whose 
   previousMemberEpoch int32, state int8, assignedPartitions[topicId, partitions[int32]],
   partitionsPendingRevocation[...]``.
 
+Share (KIP-932) groups add key versions 10-14, values flexible v0 likewise:
+
+- 10 ShareGroupMemberMetadata ``group, member``: value ``rackId?, clientId, clientHost,
+  subscribedTopicNames[string]``;
+- 11 ShareGroupMetadata ``group``: value ``epoch`` int32, ``metadataHash`` int64 (the hash of the
+  subscribed topics' ids and partition counts, Kafka 4.1+);
+- 12 ShareGroupTargetAssignmentMetadata ``group``: value ``assignmentEpoch`` int32;
+- 13 ShareGroupTargetAssignmentMember ``group, member``: value ``topicPartitions[topicId, partitions]``;
+- 14 ShareGroupCurrentMemberAssignment ``group, member``: value ``memberEpoch, previousMemberEpoch
+  int32, state int8, assignedPartitions[topicId, partitions[int32]]``.
+
 Strings are int16 length + UTF-8 (-1 for null), as in the non-flexible protocol. Version 4 values
 (flexible, KIP-915) are read too: compact lengths and trailing tagged fields, which are skipped.
 A null where the schema allows none (a group, topic, member or client id) reads as an empty string.
@@ -190,7 +201,7 @@ def encode_group_metadata_value(value: GroupMetadataValue,
 # -- reading ------------------------------------------------------------------------------------
 
 
-def decode_key(buf) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | None:
+def decode_key(buf) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | ShareGroupKey | None:
     """The key of a ``__consumer_offsets`` record; None for record types this coordinator ignores."""
     r = RecordReader(buf)
     version = r.i16()
@@ -204,7 +215,12 @@ def decode_key(buf) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | N
     if version in (5, 7, 8):
         group = r.nullable_string("group") or ""
         return ConsumerGroupKey(version, group, r.nullable_string("member") or "")
-    return None  # v9+: records of share or streams groups
+    if version in (SHARE_GROUP_METADATA, SHARE_GROUP_TARGET_ASSIGNMENT_METADATA):
+        return ShareGroupKey(version, r.nullable_string("group") or "")
+    if version in _SHARE_PER_MEMBER:
+        group = r.nullable_string("group") or ""
+        return ShareGroupKey(version, group, r.nullable_string("member") or "")
+    return None  # 9, 15+: records of share or streams groups this coordinator does not keep
 
 
 def decode_offset_commit_value(buf) -> OffsetCommitValue:
@@ -464,3 +480,109 @@ def decode_current_assignment_value(buf) -> CurrentAssignmentValue:
     epoch, previous, state = r.i32(), r.i32(), r.i8()
     assigned = _read_topic_partitions(r)
     return CurrentAssignmentValue(epoch, previous, state, assigned, _read_topic_partitions(r))
+
+
+# -- share (KIP-932) group records --------------------------------------------------------------
+
+SHARE_GROUP_MEMBER_METADATA = 10
+SHARE_GROUP_METADATA = 11
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
+SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
+_SHARE_PER_MEMBER = (SHARE_GROUP_MEMBER_METADATA, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                     SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT)
+
+
+class ShareGroupKey(NamedTuple):
+    """A key of a share group record: ``record_type`` is its version (10-14); ``member`` is "" for the
+    group-wide records (11, 12)."""
+
+    record_type: int
+    group: str
+    member: str = ""
+
+
+class ShareMemberMetadataValue(NamedTuple):
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: Sequence[str]
+
+
+class ShareGroupMetadataValue(NamedTuple):
+    epoch: int
+    metadata_hash: int = 0
+
+
+class ShareCurrentAssignmentValue(NamedTuple):
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: dict[bytes, set[int]]
+
+
+def encode_share_group_key(record_type: int, group: str, member: str = "") -> bytes:
+    out = bytearray(I16.pack(record_type))
+    write_string(out, group)
+    if record_type in _SHARE_PER_MEMBER:
+        write_string(out, member)
+    return bytes(out)
+
+
+def encode_share_member_metadata_value(v: ShareMemberMetadataValue) -> bytes:
+    out = _value_header()
+    write_string(out, v.rack_id, True)
+    write_string(out, v.client_id, True)
+    write_string(out, v.client_host, True)
+    write_array_len(out, len(v.subscribed_topic_names), True)
+    for name in v.subscribed_topic_names:
+        write_string(out, name, True)
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
+def encode_share_group_metadata_value(v: ShareGroupMetadataValue) -> bytes:
+    out = _value_header()
+    out += I32.pack(v.epoch)
+    out += I64.pack(v.metadata_hash)
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
+def encode_share_current_assignment_value(v: ShareCurrentAssignmentValue) -> bytes:
+    out = _value_header()
+    out += I32.pack(v.member_epoch)
+    out += I32.pack(v.previous_member_epoch)
+    out += bytes([v.state & 0xFF])
+    _write_topic_partitions(out, v.assigned)
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
+def decode_share_member_metadata_value(buf) -> ShareMemberMetadataValue:
+    r = _flexible_value(buf)
+    rack_id = r.nullable_string("rackId")
+    client_id = r.nullable_string("clientId") or ""
+    client_host = r.nullable_string("clientHost") or ""
+    names = [r.string("subscribedTopicName") for _ in range(r.nullable_array_len() or 0)]
+    return ShareMemberMetadataValue(rack_id, client_id, client_host, names)
+
+
+def decode_share_group_metadata_value(buf) -> ShareGroupMetadataValue:
+    r = _flexible_value(buf)
+    epoch = r.i32()
+    try:  # Kafka 4.0 wrote the epoch alone
+        metadata_hash = r.i64()
+    except RecordError:
+        metadata_hash = 0
+    return ShareGroupMetadataValue(epoch, metadata_hash)
+
+
+def decode_share_current_assignment_value(buf) -> ShareCurrentAssignmentValue:
+    r = _flexible_value(buf)
+    epoch, previous, state = r.i32(), r.i32(), r.i8()
+    return ShareCurrentAssignmentValue(epoch, previous, state, _read_topic_partitions(r))
+
+
+# ShareGroupTargetAssignmentMember (13) and ShareGroupTargetAssignmentMetadata (12) share the value
+# layouts of the consumer group records 7 and 6: encode_target_assignment_value, encode_epoch_value.

@@ -2,7 +2,8 @@
 
 Behaviour: deletes Empty groups with their committed offsets (tombstones in ``__consumer_offsets``).
 Per group: GROUP_ID_NOT_FOUND 69 for an unknown group, NON_EMPTY_GROUP 68 while it has members,
-COORDINATOR_LOAD_IN_PROGRESS 14 while loading.
+COORDINATOR_LOAD_IN_PROGRESS 14 while loading. Deleting an Empty share group also deletes the share state
+of every partition it has read (``broker.share_state``).
 Authorization (with an authorizer): DELETE on each group, else GROUP_AUTHORIZATION_FAILED for it, as Kafka.
 Version notes: v2 is flexible; nothing else changes.
 Gaps: none known.

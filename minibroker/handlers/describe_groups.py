@@ -9,8 +9,9 @@ Version notes: v3 authorized operations: when asked, the operations the principa
 those Kafka supports (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS; all of them without an
 authorizer), for each group described without error; -2147483648 otherwise. v4 group.instance.id of
 members; v5 flexible.
-A consumer (KIP-848) group is answered as Kafka does: state "Dead" and no members (v6+:
-GROUP_ID_NOT_FOUND, "Group <id> is not a classic group."); ConsumerGroupDescribe describes it.
+A consumer (KIP-848) or share (KIP-932) group is answered as Kafka does: state "Dead" and no members
+(v6+: GROUP_ID_NOT_FOUND, "Group <id> is not a classic group."); ConsumerGroupDescribe or
+ShareGroupDescribe describes it.
 Gaps: client_host as for JoinGroup.
 """
 
@@ -41,6 +42,7 @@ def handle_describe_groups(broker, header, request):
             out.append(Struct(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
                               error_message=(f"Group {group_id} is not a classic group."
                                              if group_id in broker.groups.consumer.groups
+                                             or group_id in broker.groups.share.groups
                                              else f"Group {group_id} not found."), group_id=group_id,
                               group_state=DEAD, protocol_type="", protocol_data="",
                               authorized_operations=NOT_ASKED, members=[]))

@@ -4,10 +4,11 @@ Behaviour: every group the coordinator knows, including Empty ones that only hol
 (protocol type "" for groups that never had members).
 Authorization (with an authorizer), as Kafka: DESCRIBE on the cluster lists every group; otherwise only
 the groups the principal may DESCRIBE are listed.
-Version notes: v4 adds the state of each group and a state filter; v5 the group type ("classic", or
-"consumer" for KIP-848 groups, whose protocol type is "consumer") and a type filter. Filters compare
-case-insensitively; empty filters keep everything.
-Gaps: no share groups.
+Version notes: v4 adds the state of each group and a state filter; v5 the group type ("classic",
+"consumer" for KIP-848 groups, whose protocol type is "consumer", or "share" for KIP-932 share groups,
+protocol type "share", states Empty and Stable) and a type filter. Filters compare case-insensitively;
+empty filters keep everything.
+Gaps: none known.
 """
 
 from __future__ import annotations

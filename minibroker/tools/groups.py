@@ -1,13 +1,18 @@
 """``minibroker groups``: kafka-consumer-groups.sh with kafka-python's admin client underneath.
 
 Actions:
-- ``list`` (``--type`` adds the group type, classic or consumer (KIP-848), ``--state`` the state);
+- ``list`` (``--type`` adds the group type, classic, consumer (KIP-848) or share (KIP-932), ``--state``
+  the state);
 - ``describe --group G``: one row per committed or assigned partition with CURRENT-OFFSET,
   LOG-END-OFFSET, LAG and the owning member, like ``kafka-consumer-groups.sh --describe``; a consumer
-  (KIP-848) group's members and state come from ConsumerGroupDescribe;
+  (KIP-848) group's members and state come from ConsumerGroupDescribe; a share (KIP-932) group is
+  described as ``kafka-share-groups.sh --describe`` and ``--members`` do: each partition's share-partition
+  START-OFFSET and LAG (DescribeShareGroupOffsets), then its members (ShareGroupDescribe);
 - ``reset-offsets --group G (--topic T[:P,P] ... | --all-topics) --to-earliest|--to-latest|
   --to-offset N [--execute]``: prints the plan and only commits it with ``--execute`` (Kafka's
-  dry-run default); refused unless the group is inactive (Empty or Dead), as Kafka does;
+  dry-run default); refused unless the group is inactive (Empty or Dead), as Kafka does; for a share
+  group it sets the share-partition start offsets (AlterShareGroupOffsets, the group must be Empty;
+  ``--all-topics``: the partitions with share state), as ``kafka-share-groups.sh --reset-offsets``;
 - ``delete --group G``: DeleteGroups (the group must be empty).
 """
 
@@ -23,11 +28,13 @@ INACTIVE = ("Empty", "Dead")
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
-    groups = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups")
+    groups = sub.add_parser("groups", help="list, describe, reset offsets of and delete consumer and share "
+                            "groups")
     actions = groups.add_subparsers(dest="action", required=True)
     lst = actions.add_parser("list", parents=[common], help="group ids")
     lst.add_argument("--state", action="store_true", help="also print each group's state")
-    lst.add_argument("--type", action="store_true", help="also print each group's type (classic, consumer)")
+    lst.add_argument("--type", action="store_true",
+                     help="also print each group's type (classic, consumer, share)")
     describe = actions.add_parser("describe", parents=[common], help="offsets, lag and members of a group")
     describe.add_argument("--group", required=True)
     reset = actions.add_parser("reset-offsets", parents=[common],
@@ -76,6 +83,9 @@ def _describe(admin, args, out) -> int:
     from kafka import TopicPartition
     from kafka.admin import OffsetSpec
 
+    shared = _describe_share_group(args, out)
+    if shared is not None:
+        return shared
     info = _describe_one(admin, args.group)
     committed = admin.list_group_offsets(args.group).get(args.group, {})
     owners: dict = {}
@@ -137,6 +147,137 @@ def _describe_consumer_group(args) -> tuple[str, list[dict]] | None:
         for m in group.members]
 
 
+def _share_admin(args):
+    from minibroker.tools.client_config import read_client_config
+    from minibroker.tools.topics import TopicAdmin
+
+    return TopicAdmin(args.bootstrap_server, timeout=args.timeout,
+                      security=read_client_config(args.command_config))
+
+
+def _share_group(args):
+    """(ShareGroupDescribe's group, {(topic, partition): (start offset, lag)} for the partitions with
+    state or assigned) of a share (KIP-932) group; None when the group is not one (or the broker has no
+    share groups)."""
+    from minibroker.protocol.codec import Struct
+    from minibroker.tools.topics import ToolError
+
+    with _share_admin(args) as admin:
+        try:
+            answer = admin.request(77, Struct(group_ids=[args.group], include_authorized_operations=False))
+        except ToolError:  # a broker without ShareGroupDescribe
+            return None
+        group = answer.groups[0]
+        if group.error_code != 0:
+            return None
+        assigned = {(t.topic_name, p) for m in group.members for t in m.assignment.topic_partitions
+                    for p in t.partitions}
+        offsets = admin.request(90, Struct(groups=[Struct(group_id=args.group, topics=None)])).groups[0]
+        if offsets.error_code != 0:
+            raise ToolError(f"cannot describe the offsets of share group '{args.group}': error "
+                            f"{offsets.error_code}")
+        rows: dict[tuple[str, int], tuple[int, int]] = {}
+        for t in offsets.topics:
+            for p in t.partitions:
+                rows[(t.topic_name, p.partition_index)] = (p.start_offset, p.lag)
+        missing = sorted(assigned - set(rows))
+        if missing:  # assigned partitions no member has fetched yet: no share state
+            by_topic: dict[str, list[int]] = {}
+            for topic, p in missing:
+                by_topic.setdefault(topic, []).append(p)
+            extra = admin.request(90, Struct(groups=[Struct(group_id=args.group, topics=[
+                Struct(topic_name=topic, partitions=ps) for topic, ps in sorted(by_topic.items())])]))
+            for t in extra.groups[0].topics:
+                for p in t.partitions:
+                    rows[(t.topic_name, p.partition_index)] = (p.start_offset, p.lag)
+    return group, rows
+
+
+def _describe_share_group(args, out) -> int | None:
+    """Describe a share group as kafka-share-groups.sh --describe and --members do; None when the group
+    is not a share group."""
+    found = _share_group(args)
+    if found is None:
+        return None
+    group, rows = found
+    print(f"GROUP STATE: {group.group_state}", file=out)
+    if not group.members:
+        print(f"Share group '{args.group}' has no active members.", file=out)
+    table = [["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]]
+    for (topic, p), (start, lag) in sorted(rows.items()):
+        table.append([args.group, topic, p, _dash(start if start >= 0 else None),
+                      _dash(lag if lag >= 0 else None)])
+    _table(table, out)
+    if group.members:
+        print(file=out)
+        members = [["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]]
+        for m in sorted(group.members, key=lambda m: m.member_id):
+            parts = [(t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions]
+            text = ",".join(f"{topic}:{p}" for topic, p in sorted(parts)) or "-"
+            members.append([args.group, m.member_id, m.client_host or "-", m.client_id or "-", len(parts),
+                            text])
+        _table(members, out)
+    return 0
+
+
+def _reset_share_group(admin, args, out, group, rows) -> int:
+    """reset-offsets of a share group: AlterShareGroupOffsets, as kafka-share-groups.sh --reset-offsets;
+    the group must be Empty."""
+    from kafka import TopicPartition
+    from kafka.admin import OffsetSpec
+
+    from minibroker.protocol.codec import Struct
+
+    if group.members:
+        print(f"minibroker groups: share group '{args.group}' is not empty (state {group.group_state}): "
+              "its start offsets can only be reset while it has no members.", file=sys.stderr)
+        return 1
+    tps = []
+    if args.all_topics:
+        tps = [TopicPartition(t, p) for (t, p), (start, _lag) in sorted(rows.items()) if start >= 0]
+    else:
+        for spec in args.topic:
+            topic, _, parts = spec.partition(":")
+            if parts:
+                tps += [TopicPartition(topic, int(p)) for p in parts.split(",") if p]
+            else:
+                described = admin.describe_topics([topic])
+                if not described or described[0].get("error_code"):
+                    print(f"minibroker groups: topic {topic} does not exist", file=sys.stderr)
+                    return 1
+                tps += [TopicPartition(topic, p["partition_index"]) for p in described[0]["partitions"]]
+    if not tps:
+        print(f"minibroker groups: share group '{args.group}' has no start offsets to reset", file=sys.stderr)
+        return 1
+    earliest = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in tps})
+    latest = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})
+    plan = {}
+    for tp in tps:
+        low, high = earliest[tp].offset, latest[tp].offset
+        target = low if args.to_earliest else high if args.to_latest else args.to_offset
+        plan[tp] = min(max(target, low), high)
+    if args.execute:
+        by_topic: dict[str, list] = {}
+        for tp, offset in sorted(plan.items()):
+            by_topic.setdefault(tp.topic, []).append(Struct(partition_index=tp.partition,
+                                                            start_offset=offset))
+        with _share_admin(args) as wire:
+            r = wire.request(91, Struct(group_id=args.group, topics=[
+                Struct(topic_name=t, partitions=ps) for t, ps in by_topic.items()]))
+        failed = {(t.topic_name, p.partition_index): p.error_code for t in r.responses for p in t.partitions
+                  if p.error_code}
+        if r.error_code or failed:
+            print(f"minibroker groups: reset failed: error {r.error_code} {failed or ''}".rstrip(),
+                  file=sys.stderr)
+            return 1
+    rows_out = [["GROUP", "TOPIC", "PARTITION", "NEW-START-OFFSET"]]
+    rows_out += [[args.group, tp.topic, tp.partition, plan[tp]] for tp in sorted(plan)]
+    _table(rows_out, out)
+    if not args.execute:
+        print("(dry run: add --execute to set these start offsets)", file=sys.stderr)
+    return 0
+
+
 def _dash(value) -> str:
     return "-" if value is None else str(value)
 
@@ -145,6 +286,9 @@ def _reset(admin, args, out) -> int:
     from kafka import TopicPartition
     from kafka.admin import OffsetSpec
 
+    share = _share_group(args)
+    if share is not None:
+        return _reset_share_group(admin, args, out, *share)
     info = _describe_one(admin, args.group)
     state = info.get("group_state") or "Dead"
     described = _describe_consumer_group(args) if state == "Dead" else None
@@ -222,10 +366,15 @@ def run(args, out=None) -> int:
     except KafkaError as e:
         print(f"minibroker groups: cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
         return 1
+    from minibroker.tools.topics import ToolError
+
     try:
         return ACTIONS[args.action](admin, args, out)
     except KafkaError as e:
         print(f"minibroker groups: {e!r}", file=sys.stderr)
+        return 1
+    except ToolError as e:
+        print(f"minibroker groups: {e}", file=sys.stderr)
         return 1
     finally:
         admin.close()

@@ -1,0 +1,613 @@
+"""The share group (KIP-932) coordinator: ShareGroupHeartbeat, ShareGroupDescribe and the share-group
+admin operations on one node.
+
+Owner of: every ``ShareGroup`` (kept here, beside the classic and consumer groups of the
+``GroupCoordinator``, with which they share the group id space, ``__consumer_offsets`` and the event loop)
+and its members' session timers. The ``GroupCoordinator`` creates it (``broker.groups.share``), loads its
+records in the same pass over ``__consumer_offsets`` and forwards the share side of the APIs every group
+type answers (listing, deleting). Everything runs on the broker's event loop; timers are
+``loop.call_later`` handles.
+
+A heartbeat follows Kafka's GroupMetadataManager.shareGroupHeartbeat: validate (INVALID_REQUEST), find or
+create the group (a group of another type: GROUP_ID_NOT_FOUND), check its size (GROUP_MAX_SIZE_REACHED at
+``group.share.max.size``), find or create the member (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH), update
+its subscription; a changed subscription, or a change in the subscribed topics (created, deleted, grown),
+bumps the group epoch; a group epoch ahead of the target assignment epoch gives a new target from the
+simple assignor (every member gets every partition of the subscribed topics that exist), and the member
+moves to its target at once. The records describing the change are appended to ``__consumer_offsets``
+before the answer; if the append fails the group is restored and the error returned.
+
+A member that leaves, or whose session times out (``share.session.timeout.ms``), is removed. The records
+it had acquired are not released here, as in Kafka: librdkafka's close() sends the leave heartbeat and the
+final ShareAcknowledge (share session epoch -1, carrying its last accepts) at once on two connections, and
+a release on leave could win the race and refuse those accepts. The records come back when the member's
+share session closes or its connection drops (minibroker/share_sessions.py), or when their locks expire.
+
+The share-partition state itself (start offsets, in-flight records) is not kept here: it belongs to
+``broker.share_partitions`` (in memory) and ``broker.share_state`` (durable); the admin operations
+(DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups) go through them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import NamedTuple
+
+from minibroker.config import BROKER_CONFIGS
+from minibroker.coordinator.group_records import (
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+    SHARE_GROUP_MEMBER_METADATA,
+    SHARE_GROUP_METADATA,
+    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+    ShareCurrentAssignmentValue,
+    ShareGroupMetadataValue,
+    ShareMemberMetadataValue,
+    decode_epoch_value,
+    decode_share_current_assignment_value,
+    decode_share_group_metadata_value,
+    decode_share_member_metadata_value,
+    decode_target_assignment_value,
+    encode_epoch_value,
+    encode_share_current_assignment_value,
+    encode_share_group_key,
+    encode_share_group_metadata_value,
+    encode_share_member_metadata_value,
+    encode_target_assignment_value,
+)
+from minibroker.coordinator.share_group import (
+    LEAVE_EPOCH,
+    STABLE,
+    ShareGroup,
+    ShareMember,
+    TopicAssignment,
+    frozen,
+)
+from minibroker.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("minibroker.groups")
+E = ErrorCode
+
+MAX_MEMBER_ID_LENGTH = 36  # a client-generated UUID's text
+
+
+class HeartbeatResult(NamedTuple):
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: TopicAssignment | None = None
+
+
+class PartitionOffset(NamedTuple):
+    """One partition's answer in DescribeShareGroupOffsets."""
+
+    partition: int
+    start_offset: int
+    leader_epoch: int
+    lag: int
+    error: ErrorCode = E.NONE
+    message: str | None = None
+
+
+def _fail(code: ErrorCode, message: str | None = None) -> KafkaError:
+    return KafkaError(code, message)
+
+
+def _blank(s: str | None) -> bool:
+    """Kafka's throwIfEmptyString: non-null and empty once stripped of whitespace."""
+    return s is not None and s.strip() == ""
+
+
+class _Changes:
+    """What one operation changed in a group: the records to append."""
+
+    def __init__(self) -> None:
+        self.member_metadata: set[str] = set()
+        self.current: set[str] = set()
+        self.target: set[str] = set()
+        self.removed: set[str] = set()
+        self.group_epoch = False
+        self.target_epoch = False
+
+    def records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
+        gid = group.group_id
+        out: list[tuple[bytes, bytes | None]] = []
+        for member_id in sorted(self.member_metadata - self.removed):
+            m = group.members[member_id]
+            out.append((encode_share_group_key(SHARE_GROUP_MEMBER_METADATA, gid, member_id),
+                        encode_share_member_metadata_value(ShareMemberMetadataValue(
+                            m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names))))
+        if self.group_epoch:
+            out.append((encode_share_group_key(SHARE_GROUP_METADATA, gid),
+                        encode_share_group_metadata_value(ShareGroupMetadataValue(group.group_epoch,
+                                                                                  group.metadata_hash))))
+        for member_id in sorted(self.target - self.removed):
+            out.append((encode_share_group_key(SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, gid, member_id),
+                        encode_target_assignment_value(group.target.get(member_id, {}))))
+        if self.target_epoch:
+            out.append((encode_share_group_key(SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, gid),
+                        encode_epoch_value(group.assignment_epoch)))
+        for member_id in sorted(self.current - self.removed):
+            m = group.members[member_id]
+            out.append((encode_share_group_key(SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, gid, member_id),
+                        encode_share_current_assignment_value(ShareCurrentAssignmentValue(
+                            m.member_epoch, m.previous_member_epoch, m.state, m.assigned))))
+        for member_id in sorted(self.removed):  # Kafka's order for a leaving member's tombstones
+            for record_type in (SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                                SHARE_GROUP_MEMBER_METADATA):
+                out.append((encode_share_group_key(record_type, gid, member_id), None))
+        return out
+
+
+class ShareGroupCoordinator:
+    def __init__(self, groups) -> None:
+        self.gc = groups  # the GroupCoordinator: store, loop, the shared group id space
+        self.broker = groups.broker
+        cfg = self.broker.config
+
+        def setting(name):
+            try:
+                return cfg[name]
+            except KeyError:  # a partial configuration (unit tests of the classic coordinator)
+                return BROKER_CONFIGS[name].default
+
+        self.enabled = "share" in setting("group.coordinator.rebalance.protocols")
+        self.heartbeat_interval_ms = setting("group.share.heartbeat.interval.ms")
+        self.session_timeout_ms = setting("group.share.session.timeout.ms")
+        self.max_size = setting("group.share.max.size")
+        self.configs = getattr(groups, "configs", None)  # GroupConfigs: per-group overrides
+        self.groups: dict[str, ShareGroup] = {}
+        self._session_timers: dict[tuple[str, str], object] = {}
+
+    def close(self) -> None:
+        for handle in self._session_timers.values():
+            handle.cancel()
+        self._session_timers.clear()
+
+    def session_timeout(self, group_id: str) -> int:
+        """The group's share.session.timeout.ms, else the broker's group.share.session.timeout.ms."""
+        if self.configs is None:
+            return self.session_timeout_ms
+        return self.configs.value(group_id, "share.session.timeout.ms")
+
+    def heartbeat_interval(self, group_id: str) -> int:
+        if self.configs is None:
+            return self.heartbeat_interval_ms
+        return self.configs.value(group_id, "share.heartbeat.interval.ms")
+
+    def is_member(self, group_id: str, member_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and member_id in group.members
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def _topics(self) -> dict:
+        return self.broker.logs.topics
+
+    def _metadata_hash(self, group: ShareGroup) -> int:
+        """A hash of the subscribed topics that exist (name, id, partition count): it changes when one
+        is created, deleted or grows, which bumps the group epoch at the next heartbeat."""
+        topics = self._topics()
+        h = hashlib.blake2b(digest_size=8)
+        for name in sorted(group.subscribed_topic_names()):
+            info = topics.get(name)
+            if info is not None:
+                h.update(name.encode("utf-8") + b"\0" + bytes(info.id) + info.partitions.to_bytes(4, "big"))
+        return int.from_bytes(h.digest(), "big", signed=True) if group.members else 0
+
+    def _simple_assignment(self, member: ShareMember) -> TopicAssignment:
+        """The simple assignor: every partition of every subscribed topic that exists."""
+        topics = self._topics()
+        out: TopicAssignment = {}
+        for name in member.subscribed_topic_names:
+            info = topics.get(name)
+            if info is not None and info.partitions > 0:
+                out[bytes(info.id)] = set(range(info.partitions))
+        return out
+
+    # -- ShareGroupHeartbeat --------------------------------------------------------------------
+
+    def _validate(self, r) -> None:
+        if _blank(r.member_id) or not r.member_id:
+            raise _fail(E.INVALID_REQUEST, "MemberId can't be empty.")
+        if len(r.member_id) > MAX_MEMBER_ID_LENGTH:
+            raise _fail(E.INVALID_REQUEST,
+                        f"MemberId can't be longer than {MAX_MEMBER_ID_LENGTH} characters.")
+        if _blank(r.group_id) or not r.group_id:
+            raise _fail(E.INVALID_REQUEST, "GroupId can't be empty.")
+        if _blank(r.rack_id):
+            raise _fail(E.INVALID_REQUEST, "RackId can't be empty.")
+        if r.member_epoch == 0:
+            if not r.subscribed_topic_names:
+                raise _fail(E.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
+        elif r.member_epoch < LEAVE_EPOCH:
+            raise _fail(E.INVALID_REQUEST, "MemberEpoch is invalid.")
+        if any(not isinstance(t, str) for t in r.subscribed_topic_names or ()):
+            raise _fail(E.INVALID_REQUEST, "SubscribedTopicNames can't contain null.")
+        strings = [r.group_id, r.member_id, r.rack_id or "", *(r.subscribed_topic_names or ())]
+        if any(len(s.encode("utf-8")) > 32767 for s in strings):
+            raise _fail(E.INVALID_REQUEST, "A string is longer than __consumer_offsets can store.")
+
+    def heartbeat(self, r, client_id: str, client_host: str) -> HeartbeatResult:
+        try:
+            if not self.enabled:
+                raise _fail(E.UNSUPPORTED_VERSION, "The share group protocol is not enabled.")
+            self._validate(r)
+            if self.gc.loading:
+                raise KafkaError(E.COORDINATOR_LOAD_IN_PROGRESS)
+            if r.member_epoch == LEAVE_EPOCH:
+                return self._leave(r)
+            return self._heartbeat(r, client_id, client_host)
+        except KafkaError as e:
+            return HeartbeatResult(e.code, e.message)
+        except Exception:  # a bug: the group was restored; the client gets Kafka's answer to the unexpected
+            log.exception("group %s: ShareGroupHeartbeat failed", r.group_id)
+            return HeartbeatResult(E.UNKNOWN_SERVER_ERROR, None)
+
+    def other_type(self, group_id: str) -> str | None:
+        """The type of a group of another kind holding ``group_id`` ("classic", "consumer"), else None."""
+        if group_id in self.gc.consumer.groups:
+            return "consumer"
+        classic = self.gc.groups.get(group_id)
+        if classic is not None and classic.state.value != "Dead":
+            return "classic"
+        return None
+
+    def _get_or_create_group(self, group_id: str, create: bool) -> tuple[ShareGroup, bool]:
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group, False
+        if self.other_type(group_id) is not None:
+            raise _fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        if not create:
+            raise _fail(E.GROUP_ID_NOT_FOUND, f"Share group {group_id} not found.")
+        return ShareGroup(group_id), True
+
+    def _heartbeat(self, r, client_id: str, client_host: str) -> HeartbeatResult:
+        epoch = r.member_epoch
+        member_id = r.member_id
+        group, created = self._get_or_create_group(r.group_id, epoch == 0)
+        if len(group.members) >= self.max_size and member_id not in group.members:
+            raise _fail(E.GROUP_MAX_SIZE_REACHED, "The share group has reached its maximum capacity of "
+                        f"{self.max_size} members.")
+        old = group.members.get(member_id)
+        if old is None and epoch != 0:
+            raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}.")
+        if old is not None and epoch != 0:
+            _check_epoch(old, epoch)
+        snap = None if created else group.snapshot()
+        changes = _Changes()
+        try:  # a failed write (or a bug) leaves the group as it was
+            member = ShareMember(member_id)
+            if old is not None:
+                member.__dict__.update(old.__dict__)
+                member.assigned = {t: set(ps) for t, ps in old.assigned.items()}
+                member.subscribed_topic_names = list(old.subscribed_topic_names)
+                if epoch == 0:  # a known member joining again: it starts from nothing, as a new one
+                    member.member_epoch = member.previous_member_epoch = 0
+                    member.assigned = {}
+            if r.rack_id is not None:
+                member.rack_id = r.rack_id
+            if r.subscribed_topic_names is not None:
+                member.subscribed_topic_names = list(r.subscribed_topic_names)
+            member.client_id = client_id or ""
+            member.client_host = client_host or ""
+            bump = False
+            if old is None or member.metadata_key() != old.metadata_key():
+                changes.member_metadata.add(member_id)
+                if old is None or member.subscribed_topic_names != old.subscribed_topic_names:
+                    bump = True
+            group.members[member_id] = member
+            metadata_hash = self._metadata_hash(group)
+            if metadata_hash != group.metadata_hash:
+                group.metadata_hash = metadata_hash
+                bump = True
+            if bump:
+                group.group_epoch += 1
+                changes.group_epoch = True
+                log.info("group %s: bumped share group epoch to %d", group.group_id, group.group_epoch)
+            if group.group_epoch > group.assignment_epoch:
+                self._update_target(group, changes)
+            target = group.target.get(member_id, {})
+            if member.member_epoch != group.assignment_epoch or frozen(member.assigned) != frozen(target):
+                member.previous_member_epoch = member.member_epoch
+                member.member_epoch = group.assignment_epoch
+                member.assigned = {t: set(ps) for t, ps in target.items()}
+                member.state = STABLE
+            if old is None or member.assignment_key() != old.assignment_key() or epoch == 0:
+                changes.current.add(member_id)
+            if created:
+                self.groups[group.group_id] = group
+            self.gc.store.append(group.group_id, changes.records(group))
+        except Exception:
+            if created:
+                self.groups.pop(group.group_id, None)
+            else:
+                group.restore(snap)
+            raise
+        if old is None:
+            log.info("group %s: member %s joined the share group at epoch %d", group.group_id, member_id,
+                     member.member_epoch)
+        self._schedule_session(group, member_id)
+        changed = old is None or frozen(old.assigned) != frozen(member.assigned)
+        return HeartbeatResult(E.NONE, None, member_id, member.member_epoch,
+                               self.heartbeat_interval(group.group_id),
+                               member.assigned if epoch == 0 or changed else None)
+
+    def _update_target(self, group: ShareGroup, changes: _Changes) -> None:
+        new_target = {m.member_id: self._simple_assignment(m) for m in group.members.values()}
+        for member_id, assignment in new_target.items():
+            previous = group.target.get(member_id)
+            if previous is None or frozen(previous) != frozen(assignment):
+                changes.target.add(member_id)
+        group.target = new_target
+        group.assignment_epoch = group.group_epoch
+        changes.target_epoch = True
+        log.info("group %s: new share target assignment at epoch %d", group.group_id, group.assignment_epoch)
+
+    # -- leaving and fencing --------------------------------------------------------------------
+
+    def _leave(self, r) -> HeartbeatResult:
+        group = self.groups.get(r.group_id)
+        if group is None:
+            if self.other_type(r.group_id) is not None:
+                raise _fail(E.GROUP_ID_NOT_FOUND, f"Group {r.group_id} is not a share group.")
+            raise _fail(E.GROUP_ID_NOT_FOUND, f"Share group {r.group_id} not found.")
+        if r.member_id not in group.members:
+            raise _fail(E.UNKNOWN_MEMBER_ID, f"Member {r.member_id} is not a member of group {r.group_id}.")
+        self.fence(group, r.member_id, "the member left")
+        return HeartbeatResult(E.NONE, None, r.member_id, LEAVE_EPOCH, 0, None)
+
+    def fence(self, group: ShareGroup, member_id: str, reason: str) -> None:
+        """Remove a member, bump the group epoch and release the records it holds (raises KafkaError
+        when the records cannot be written)."""
+        if member_id not in group.members:
+            return
+        snap = group.snapshot()
+        changes = _Changes()
+        del group.members[member_id]
+        group.target.pop(member_id, None)
+        changes.removed.add(member_id)
+        group.metadata_hash = self._metadata_hash(group)
+        group.group_epoch += 1
+        changes.group_epoch = True
+        try:
+            self.gc.store.append(group.group_id, changes.records(group))
+        except KafkaError:
+            group.restore(snap)
+            raise
+        self._cancel_timer(group.group_id, member_id)
+        log.info("group %s: share member %s removed (%s); group epoch %d", group.group_id, member_id, reason,
+                 group.group_epoch)
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    def _schedule_session(self, group: ShareGroup, member_id: str) -> None:
+        key = (group.group_id, member_id)
+        self._cancel_timer(*key)
+        self._session_timers[key] = self.gc._call_later(self.session_timeout(group.group_id),
+                                                        self._session_expired, key)
+
+    def _session_expired(self, key: tuple[str, str]) -> None:
+        self._session_timers.pop(key, None)
+        group = self.groups.get(key[0])
+        if group is None or self.gc._closed or key[1] not in group.members:
+            return
+        try:
+            self.fence(group, key[1], "its session timed out")
+        except KafkaError as e:
+            log.warning("group %s: could not remove share member %s: %s", key[0], key[1], e)
+            self._schedule_session(group, key[1])  # try again later
+
+    def _cancel_timer(self, group_id: str, member_id: str) -> None:
+        handle = self._session_timers.pop((group_id, member_id), None)
+        if handle is not None:
+            handle.cancel()
+
+    # -- ShareGroupDescribe ---------------------------------------------------------------------
+
+    def describe(self, group_id: str) -> tuple[ErrorCode, str | None, ShareGroup | None]:
+        if self.gc.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS, None, None
+        if not group_id:
+            return E.INVALID_GROUP_ID, None, None
+        group = self.groups.get(group_id)
+        if group is None:
+            if self.other_type(group_id) is not None:
+                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", None
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        return E.NONE, None, group
+
+    # -- deleting -------------------------------------------------------------------------------
+
+    def delete(self, group: ShareGroup) -> None:
+        """DeleteGroups of an Empty share group: its share-partition state, then its records."""
+        gid = group.group_id
+        if getattr(self.broker, "share_state", None) is not None:  # absent only in unit tests
+            state = self._share_state()
+            for topic_id, partition in self._state_partitions(gid):
+                state.delete(gid, topic_id, partition)
+        partitions = getattr(self.broker, "share_partitions", None)
+        if partitions is not None:
+            partitions.forget(gid)
+        entries = []
+        for member_id in sorted(group.members):  # none for an Empty group; kept for completeness
+            for record_type in (SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                                SHARE_GROUP_MEMBER_METADATA):
+                entries.append((encode_share_group_key(record_type, gid, member_id), None))
+        for record_type in (SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, SHARE_GROUP_METADATA):
+            entries.append((encode_share_group_key(record_type, gid), None))
+        self.gc.store.append(gid, entries)
+        self.groups.pop(gid, None)
+        log.info("share group %s deleted", gid)
+
+    def topic_deleted(self, topic_id: bytes) -> None:
+        """A topic was deleted: every group's share state of it goes (as Kafka's share coordinator
+        does), and the share partitions forget it."""
+        state = getattr(self.broker, "share_state", None)
+        partitions = getattr(self.broker, "share_partitions", None)
+        for group_id in list(self.groups):
+            if state is not None and getattr(state, "loaded", True):
+                for tid, partition in state.partitions(group_id):
+                    if tid == topic_id:
+                        try:
+                            state.delete(group_id, tid, partition)
+                        except KafkaError as e:
+                            log.warning("group %s: could not delete the share state of a deleted topic: %s",
+                                        group_id, e)
+            if partitions is not None:
+                partitions.forget(group_id, {topic_id})
+
+    # -- share-group offsets (admin) ------------------------------------------------------------
+
+    def _share_state(self):
+        state = getattr(self.broker, "share_state", None)
+        if state is None:
+            raise _fail(E.COORDINATOR_NOT_AVAILABLE, "The share coordinator is not available.")
+        if not getattr(state, "loaded", True):
+            raise KafkaError(E.COORDINATOR_LOAD_IN_PROGRESS)
+        return state
+
+    def _state_partitions(self, group_id: str) -> list[tuple[bytes, int]]:
+        return sorted(self._share_state().partitions(group_id))
+
+    def check_admin_group(self, group_id: str, *, must_exist: bool, must_be_empty: bool) -> ShareGroup | None:
+        """The group-level checks of the share-group offset APIs; raises KafkaError."""
+        if self.gc.loading:
+            raise KafkaError(E.COORDINATOR_LOAD_IN_PROGRESS)
+        if not group_id:
+            raise _fail(E.INVALID_GROUP_ID, "The group id is invalid.")
+        group = self.groups.get(group_id)
+        if group is None:
+            if self.other_type(group_id) is not None:
+                raise _fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+            if must_exist:
+                raise _fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+        elif must_be_empty and group.members:
+            raise _fail(E.NON_EMPTY_GROUP, "The group is not empty.")
+        return group
+
+    def state_topics(self, group_id: str) -> dict[str, list[int]]:
+        """{topic name: partitions} with share state, for DescribeShareGroupOffsets with null topics."""
+        names = {info.id: name for name, info in self._topics().items()}
+        out: dict[str, list[int]] = {}
+        for topic_id, partition in self._state_partitions(group_id):
+            name = names.get(topic_id)
+            if name is not None:
+                out.setdefault(name, []).append(partition)
+        return out
+
+    def describe_offsets(self, group_id: str, topic: str, partitions: list[int]) -> list[PartitionOffset]:
+        """Start offset (SPSO), leader epoch and lag of each partition; -1 where there is no state."""
+        info = self._topics().get(topic)
+        state = self._share_state()
+        share_partitions = getattr(self.broker, "share_partitions", None)
+        out = []
+        for p in partitions:
+            if info is None or not 0 <= p < info.partitions or group_id not in self.groups:
+                out.append(PartitionOffset(p, -1, -1, -1))  # as Kafka: no data, not an error
+                continue
+            stored = state.read(group_id, bytes(info.id), p)
+            start = lag = None
+            if share_partitions is not None:
+                start = share_partitions.start_offset(group_id, topic, p)
+                if start is not None:
+                    lag = share_partitions.lag(group_id, topic, p)
+            elif stored is not None:
+                start = stored.start_offset
+            out.append(PartitionOffset(p, -1 if start is None else start,
+                                       stored.leader_epoch if stored is not None else -1,
+                                       -1 if lag is None else lag))
+        return out
+
+    def ensure_group(self, group_id: str) -> ShareGroup:
+        """The share group, created Empty (a ShareGroupMetadata record) when it does not exist, as
+        AlterShareGroupOffsets does in Kafka."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        group = ShareGroup(group_id)
+        self.gc.store.append(group_id, [(encode_share_group_key(SHARE_GROUP_METADATA, group_id),
+                                         encode_share_group_metadata_value(ShareGroupMetadataValue(0, 0)))])
+        self.groups[group_id] = group
+        return group
+
+    def alter_offset(self, group_id: str, topic: str, partition: int, start_offset: int) -> ErrorCode:
+        """Set a partition's start offset: its state starts again there, at the next state epoch."""
+        info = self._topics().get(topic)
+        if info is None or not 0 <= partition < info.partitions:
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        state = self._share_state()
+        topic_id = bytes(info.id)
+        current = state.read(group_id, topic_id, partition)
+        state_epoch = current.state_epoch + 1 if current is not None else 0
+        state.initialize(group_id, topic_id, partition, start_offset, state_epoch)
+        return E.NONE
+
+    def forget(self, group_id: str, topic_ids: set[bytes]) -> None:
+        partitions = getattr(self.broker, "share_partitions", None)
+        if partitions is not None and topic_ids:
+            partitions.forget(group_id, topic_ids)
+
+    def delete_offsets(self, group_id: str, topic: str) -> ErrorCode:
+        """Delete the share state of every partition of ``topic`` in the group."""
+        info = self._topics().get(topic)
+        if info is None:
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        topic_id = bytes(info.id)
+        state = self._share_state()
+        for tid, partition in self._state_partitions(group_id):
+            if tid == topic_id:
+                state.delete(group_id, tid, partition)
+        self.forget(group_id, {topic_id})
+        return E.NONE
+
+    # -- loading --------------------------------------------------------------------------------
+
+    def load(self, group_id: str, records: dict) -> None:
+        """Rebuild a group from its records as a load left them: {(record type, member id): value}."""
+        value = records.get((SHARE_GROUP_METADATA, ""))
+        if value is None:
+            return
+        group = ShareGroup(group_id)
+        meta = decode_share_group_metadata_value(value)
+        group.group_epoch, group.metadata_hash = meta.epoch, meta.metadata_hash
+        value = records.get((SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, ""))
+        group.assignment_epoch = decode_epoch_value(value) if value is not None else 0
+        for (record_type, member_id), value in records.items():
+            if record_type != SHARE_GROUP_MEMBER_METADATA or value is None:
+                continue
+            meta = decode_share_member_metadata_value(value)
+            member = ShareMember(member_id)
+            member.rack_id, member.client_id = meta.rack_id, meta.client_id
+            member.client_host = meta.client_host
+            member.subscribed_topic_names = list(meta.subscribed_topic_names)
+            current = records.get((SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, member_id))
+            if current is not None:
+                cur = decode_share_current_assignment_value(current)
+                member.member_epoch = cur.member_epoch
+                member.previous_member_epoch = cur.previous_member_epoch
+                member.state, member.assigned = cur.state, cur.assigned
+            group.members[member_id] = member
+            target = records.get((SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, member_id))
+            if target is not None:
+                group.target[member_id] = decode_target_assignment_value(target)
+        self.groups[group_id] = group
+        for member_id in group.members:  # members must heartbeat again within a session
+            self._schedule_session(group, member_id)
+
+
+def _check_epoch(member: ShareMember, epoch: int) -> None:
+    """Kafka's throwIfShareGroupMemberEpochIsInvalid: the previous epoch is accepted (the answer that
+    bumped it may have been lost)."""
+    if epoch > member.member_epoch:
+        raise _fail(E.FENCED_MEMBER_EPOCH, f"The share group member has a greater member epoch ({epoch}) "
+                    f"than the one known by the group coordinator ({member.member_epoch}). The member must "
+                    "abandon all its partitions and rejoin.")
+    if epoch < member.member_epoch and epoch != member.previous_member_epoch:
+        raise _fail(E.FENCED_MEMBER_EPOCH, f"The share group member has a smaller member epoch ({epoch}) "
+                    f"than the one known by the group coordinator ({member.member_epoch}). The member must "
+                    "abandon all its partitions and rejoin.")
