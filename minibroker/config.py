@@ -516,9 +516,11 @@ _BROKER_KEYS = [
     _k("group.min.session.timeout.ms", _INT, 6000, "Smallest session timeout a member may ask for."),
     _k("group.max.session.timeout.ms", _INT, 1800000, "Largest session timeout a member may ask for."),
     _k("group.max.size", _INT, INT_MAX, "Most members in one classic group.", validator=AtLeast(1)),
-    _k("group.coordinator.rebalance.protocols", _LIST, ["classic", "consumer"],
-       "Group protocols enabled (KIP-848 consumer groups need 'consumer').",
-       validator=ListOf("classic", "consumer", "share")),
+    _k("group.coordinator.rebalance.protocols", _LIST, ["classic", "consumer", "share"],
+       "Group protocols enabled (KIP-848 consumer groups need 'consumer', KIP-932 share groups 'share'; "
+       "without it ShareGroupHeartbeat answers UNSUPPORTED_VERSION). Kafka 4.2 switches share groups on "
+       "with the share.version feature, finalized at 1 here, so 'share' is in minibroker's default.",
+       validator=ListOf("classic", "consumer", "share"), kafka_default="classic,consumer,streams"),
     _k("group.consumer.heartbeat.interval.ms", _INT, 5000,
        "Heartbeat interval given to consumer (KIP-848) group members.", validator=AtLeast(1)),
     _k("group.consumer.session.timeout.ms", _INT, 45000,
@@ -567,6 +569,20 @@ _BROKER_KEYS = [
        "Smallest share.delivery.count.limit a group config may set.", validator=Between(2, 5)),
     _k("group.share.max.delivery.count.limit", _INT, 10,
        "Largest share.delivery.count.limit a group config may set.", validator=Between(5, 10)),
+    _k("group.share.max.size", _INT, 200, "Most members in one share group; one more gets "
+       "GROUP_MAX_SIZE_REACHED.", validator=Between(1, 1000)),
+    _k("group.share.assignors", _LIST, ["simple"],
+       "Share group assignors; 'simple' (every member may read every partition of its subscribed "
+       "topics) is the only one.", validator=ListOf("simple")),
+    _k("group.share.max.share.sessions", _INT, 2000,
+       "Share sessions (one per share consumer and broker) this broker holds at most; a ShareFetch opening "
+       "one more gets SHARE_SESSION_LIMIT_REACHED after its MaxWaitMs.", validator=AtLeast(1)),
+    _k("share.fetch.max.fetch.records", _INT, 2147483647,
+       "Records one ShareFetch acquires at most, whatever its MaxRecords asks.", validator=AtLeast(1)),
+    _k("group.share.partition.max.record.locks", _INT, 2000,
+       "In-flight records (between the share-partition start and end offsets) one share partition holds "
+       "at most; a fetch acquires no new records past it until earlier ones are acknowledged.",
+       validator=Between(100, 10000)),
     _k("group.streams.session.timeout.ms", _INT, 45000,
        "Session timeout of streams group members (streams groups are not served; the default of the "
        "group config streams.session.timeout.ms).", validator=AtLeast(1)),
@@ -638,6 +654,33 @@ _BROKER_KEYS = [
        "min.insync.replicas of __share_group_state. Kafka's code default is 2; Kafka's shipped KRaft "
        "server.properties and the apache/kafka image set 1 (one node).",
        validator=AtLeast(1), no_effect=True, kafka_default="2"),
+    _k("share.coordinator.state.topic.num.partitions", _INT, 50,
+       "Partitions of __share_group_state, created on the first write of share-partition state; the state "
+       "of (group, topic id, partition) lives in partition abs(hashCode(\"group:topicId:partition\")) % "
+       "partitions.", validator=AtLeast(1)),
+    _k("share.coordinator.state.topic.segment.bytes", _INT, 104857600,
+       "Segment size of __share_group_state.", validator=AtLeast(1)),
+    _k("share.coordinator.snapshot.update.records.per.snapshot", _INT, 500,
+       "ShareUpdate records written for one share partition before the next write is a full ShareSnapshot "
+       "(the state merged so far); after a snapshot the records no state needs any more are deleted.",
+       validator=AtLeast(0)),
+    _k("share.coordinator.load.buffer.size", _INT, 5242880,
+       "Read size when loading __share_group_state at start-up.", validator=AtLeast(1)),
+    _k("share.coordinator.state.topic.prune.interval.ms", _INT, 300000,
+       "How often Kafka deletes the __share_group_state records no state needs; minibroker deletes them "
+       "right after each ShareSnapshot instead.", validator=AtLeast(1), no_effect=True),
+    _k("share.coordinator.cold.partition.snapshot.interval.ms", _INT, 300000,
+       "Kafka rewrites the snapshot of share partitions not written for this long; minibroker does not "
+       "(its state topic has retention.ms=-1, so old snapshots are never deleted by time).",
+       validator=AtLeast(1), no_effect=True),
+    _k("share.coordinator.threads", _INT, 1, "Share coordinator threads (one event loop here).",
+       validator=AtLeast(1), no_effect=True),
+    _k("share.coordinator.write.timeout.ms", _INT, 5000,
+       "Longest a share coordinator write may take (writes are synchronous here).", validator=AtLeast(1),
+       no_effect=True),
+    _k("share.coordinator.append.linger.ms", _INT, 5,
+       "How long Kafka's share coordinator waits to batch writes (each write is its own batch here).",
+       validator=AtLeast(0), no_effect=True),
     _k("transaction.max.timeout.ms", _INT, 900000,
        "Largest transaction.timeout.ms a producer may ask for in InitProducerId (larger: "
        "INVALID_TRANSACTION_TIMEOUT).", importance="high", validator=AtLeast(1)),

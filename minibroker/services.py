@@ -39,3 +39,20 @@ def start_services(broker) -> None:
     broker.transactions = TransactionCoordinator(broker)
     broker.transactions.start()
     broker.on_close(broker.transactions.close)
+    from minibroker.coordinator.share_state import ShareStateCoordinator
+
+    # __share_group_state is replayed in the background; callers answer COORDINATOR_LOAD_IN_PROGRESS
+    # until share_state.loaded
+    broker.share_state = ShareStateCoordinator(broker)
+    broker.share_state.start()
+    broker.on_close(broker.share_state.close)
+    from minibroker.coordinator.share_partition_manager import SharePartitionManager
+
+    # share partitions load from broker.share_state on first use (a ShareFetch), not here
+    broker.share_partitions = SharePartitionManager(broker)
+    broker.on_close(broker.share_partitions.close)
+    from minibroker.share_sessions import ShareSessionCache
+
+    # after the share partitions: a session's end releases its member's records there
+    broker.share_sessions = ShareSessionCache(broker, broker.config["group.share.max.share.sessions"])
+    broker.on_close(broker.share_sessions.close_all)

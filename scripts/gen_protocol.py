@@ -10,8 +10,8 @@ minibroker still serves):
 3. ``scripts/protocol-schemas/*.json``, minibroker's own files for versions neither holds.
 
 Request and response schemas are matched by API key (Kafka 4.3 renamed key 74), the others by
-name. With ``error-codes.tsv`` it writes two modules holding facts only (names, types, version
-ranges, error numbers), no prose:
+name. With ``error-codes.tsv`` (and ``scripts/protocol-schemas/error-codes.tsv`` for newer codes) it
+writes two modules holding facts only (names, types, version ranges, error numbers), no prose:
 
 - ``minibroker/protocol/schema.py``: one declaration per message, every version;
 - ``minibroker/protocol/error_codes.py``: Kafka's error codes as an IntEnum.
@@ -311,12 +311,19 @@ def generate_schema(shared: str) -> str:
 
 
 def generate_errors(shared: str) -> str:
-    rows = []
-    with open(os.path.join(shared, "kafka-protocol", "error-codes.tsv"), encoding="utf-8") as f:
-        for line in f:
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) >= 2 and parts[0].lstrip("-").isdigit():
-                rows.append((int(parts[0]), parts[1]))
+    """Kafka's codes from ``error-codes.tsv``, then the newer ones of
+    ``scripts/protocol-schemas/error-codes.tsv`` (codes the shared table lacks, e.g. 133)."""
+    codes: dict[int, str] = {}
+    for path in (os.path.join(shared, "kafka-protocol", "error-codes.tsv"),
+                 os.path.join(PROJECT_SCHEMAS, "error-codes.tsv")):
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) >= 2 and parts[0].lstrip("-").isdigit():
+                    codes.setdefault(int(parts[0]), parts[1])
+    rows = sorted(codes.items())
     lines = [
         HEADER,
         "from enum import IntEnum\n\n",

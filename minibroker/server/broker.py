@@ -53,6 +53,8 @@ class Broker:
         self.replicas = None  # ReplicaManager: appends, reads, producer state
         self.producer_ids = None
         self.fetch_sessions = None
+        self.share_partitions = None  # coordinator.share_partition_manager.SharePartitionManager (KIP-932)
+        self.share_sessions = None  # minibroker.share_sessions.ShareSessionCache (KIP-932)
         self.client_quotas = None  # minibroker.security.quotas.ClientQuotas, loaded in start_services
         self.authorizer = None  # security.authorizer.Authorizer when authorizer.class.name is set
         self.bound: list[Endpoint] = []
@@ -300,6 +302,8 @@ class Broker:
             self._all_closed.set()
         if self.fetch_sessions is not None:
             self.fetch_sessions.connection_closed(conn)
+        if self.share_sessions is not None:  # its sessions end and their members' records are released
+            self.share_sessions.connection_closed(conn)
 
     # -- facts handlers ask for -----------------------------------------------------------------
 
