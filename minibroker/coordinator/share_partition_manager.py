@@ -24,8 +24,8 @@ synchronous; ShareFetch/ShareAcknowledge (B2) and the admin APIs (C) call it.
 - Lock expiry: one ``loop.call_later`` per share partition for its earliest lock deadline; expiry is also
   applied lazily on every access. Expired records are persisted best effort (Kafka keeps the transition
   even when that write fails) and waiting fetches are woken.
-- ``release_member``: a member's acquired records go back (its share session closed, its connection
-  dropped, or it left the group).
+- ``release_member``: a member's acquired records go back (its share session closed or its connection
+  dropped; leaving the group does not release, as in Kafka: see share_group_coordinator.py).
 - A topic deleted (or deleted and recreated: another topic id) drops its cached share partitions; calls
   then answer UNKNOWN_TOPIC_OR_PARTITION.
 
@@ -386,8 +386,8 @@ class SharePartitionManager:
         return ErrorCode.NONE
 
     def release_member(self, group_id: str, member_id: str) -> None:
-        """Release everything a member holds in the group (share session closed, connection dropped,
-        member gone). A failed write leaves the records acquired until their locks expire."""
+        """Release everything a member holds in the group (its share session closed or its connection
+        dropped). A failed write leaves the records acquired until their locks expire."""
         for key, entry in list(self._entries.items()):
             if key[0] != group_id:
                 continue
