@@ -198,6 +198,7 @@ class BrokerRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._capture = _LogCapture()
+        self._lowered_from: int | None = None  # the 'minibroker' logger's level before this broker's
         self._log_path = os.path.join(tempfile.gettempdir(), f"minibroker-{os.getpid()}-{id(self)}.log")
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -223,8 +224,16 @@ class BrokerRunner:
         self.security.before_start(self.data_dir)
         config = load_config(None, overrides, {})
         broker_logger = logging.getLogger("minibroker")
-        if broker_logger.level == logging.NOTSET:  # otherwise the root's WARNING would drop the INFO lines
-            broker_logger.setLevel(self.log_level)
+        wanted = logging.getLevelName(self.log_level.upper())
+        # Set when unset (the root's WARNING would drop the INFO lines) or above what this broker asks
+        # (an INFO broker earlier in the process must not hide a DEBUG one's lines); a lowered level is
+        # put back when this broker stops, so that DEBUG logging does not outlive the test that asked.
+        self._lowered_from = None
+        if broker_logger.level == logging.NOTSET:
+            broker_logger.setLevel(wanted)
+        elif isinstance(wanted, int) and wanted < broker_logger.level:
+            self._lowered_from = broker_logger.level
+            broker_logger.setLevel(wanted)
         self._capture.setLevel(self.log_level)
         broker_logger.addHandler(self._capture)
         loop = asyncio.new_event_loop()
@@ -310,7 +319,11 @@ class BrokerRunner:
             loop.close()
         self._loop = self._thread = None
         self.broker = None
-        logging.getLogger("minibroker").removeHandler(self._capture)
+        broker_logger = logging.getLogger("minibroker")
+        broker_logger.removeHandler(self._capture)
+        if self._lowered_from is not None:
+            broker_logger.setLevel(self._lowered_from)
+            self._lowered_from = None
 
     def cleanup(self) -> None:
         self.stop()

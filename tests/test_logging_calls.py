@@ -322,3 +322,23 @@ def test_crash_and_recovery_paths_with_debug_logging(tmp_path, strict_debug_logg
         idempotent_produce(broker.bootstrap_servers, list(range(440, 460)))
     finally:
         broker.cleanup()
+
+
+def test_a_debug_broker_after_an_info_one_logs_debug_then_puts_the_level_back(tmp_path):
+    """In-process brokers share the 'minibroker' logger: a DEBUG one started after an INFO one must still
+    log DEBUG lines (it once got INFO), and its DEBUG level must not outlive it."""
+    logger = logging.getLogger("minibroker")
+    info = BrokerRunner(data_dir=str(tmp_path / "info"), mode="thread", log_level="INFO")
+    info.start()
+    level_before = logger.level
+    assert logger.getEffectiveLevel() <= logging.INFO
+    info.cleanup()
+    debug = BrokerRunner(data_dir=str(tmp_path / "debug"), mode="thread", log_level="DEBUG")
+    try:
+        debug.start()
+        assert logger.getEffectiveLevel() == logging.DEBUG
+        logging.getLogger("minibroker.test").debug("a debug line of the second broker")
+        assert "a debug line of the second broker" in debug.log_text()
+    finally:
+        debug.cleanup()
+    assert logger.level == level_before
