@@ -143,9 +143,17 @@ def test_delete_groups_deletes_the_share_state(broker):
             return r.results[0].error_code
 
         assert delete() == E.NON_EMPTY_GROUP
+        fetch = wire.request(78, 1, Struct(  # a share session the deletion must end
+            group_id="g-del", member_id="m", share_session_epoch=0, max_wait_ms=0, min_bytes=1,
+            max_bytes=1 << 20, max_records=10, batch_size=10,
+            topics=[Struct(topic_id=tid, partitions=[Struct(partition_index=0, acknowledgement_batches=[])])],
+            forgotten_topics_data=[]))
+        assert fetch.error_code == 0
+        assert on_loop(broker, broker.broker.share_sessions.get, "g-del", "m") is not None
         assert hb(wire, "g-del", "m", -1).error_code == 0
         assert delete() == 0
         assert on_loop(broker, state.partitions, "g-del") == []
+        assert on_loop(broker, broker.broker.share_sessions.get, "g-del", "m") is None
         d = wire.request(SHARE_DESCRIBE, 1, Struct(group_ids=["g-del"], include_authorized_operations=False))
         assert d.groups[0].error_code == E.GROUP_ID_NOT_FOUND
         assert delete() == E.GROUP_ID_NOT_FOUND

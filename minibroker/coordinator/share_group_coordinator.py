@@ -433,6 +433,9 @@ class ShareGroupCoordinator:
         partitions = getattr(self.broker, "share_partitions", None)
         if partitions is not None:
             partitions.forget(gid)
+        sessions = getattr(self.broker, "share_sessions", None)
+        if sessions is not None:  # an Empty group's members may still hold share sessions
+            sessions.forget_group(gid)
         entries = []
         for member_id in sorted(group.members):  # none for an Empty group; kept for completeness
             for record_type in (SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
