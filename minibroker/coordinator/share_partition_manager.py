@@ -181,16 +181,15 @@ class SharePartitionManager:
         if reset == "earliest":
             return plog.log_start_offset
         if reset.startswith("by_duration:"):
-            from minibroker.handlers.list_offsets import lookup
-
             try:
                 duration = parse_duration_ms(reset.partition(":")[2])
             except ValueError:
                 log.warning("group %s: share.auto.offset.reset %r is not valid; starting at the log end",
                             group_id, reset)
                 return plog.log_end_offset
-            _timestamp, offset = lookup(plog, max(int(time.time() * 1000) - duration, 0), 11)
-            return offset if offset >= 0 else plog.log_end_offset
+            # the first offset whose timestamp is at least the target, as ListOffsets finds it
+            found = plog.offset_for_timestamp(max(int(time.time() * 1000) - duration, 0))
+            return found[0] if found is not None else plog.log_end_offset
         return plog.log_end_offset
 
     # -- loading -----------------------------------------------------------------------------------
