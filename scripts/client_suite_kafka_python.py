@@ -37,6 +37,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -431,6 +432,43 @@ def counts(results: dict[str, Result]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(tally.items()))
 
 
+def run_and_compare(runs: int, expected: dict[str, Expectation], full_run: bool, name: str,
+                    run_once) -> int:
+    """Run the suite ``runs`` times (``run_once(run)`` -> (pytest exit code, results, path of pytest's
+    output, path of the broker's log)), report every outcome that differs from the expectations and the
+    tests whose outcome varied across runs. Returns the exit status: 0, 1 (an outcome differs) or 2 (a
+    run recorded nothing). Also used by scripts/client_suite_confluent_share.py."""
+    status = 0
+    seen: dict[str, set[str]] = {}
+    for run in range(1, runs + 1):
+        code, results, output, broker_log = run_once(run)
+        for nodeid, result in results.items():
+            seen.setdefault(nodeid, set()).add(result.outcome)
+        problems = compare(expected, results, full_run)
+        if code not in (0, 1) or not results:
+            problems.insert(0, f"the suite itself did not complete (pytest exit code {code}, "
+                               f"{len(results)} tests recorded)")
+        print(f"run {run}: {counts(results)}", flush=True)
+        if problems:
+            status = 2 if not results else max(status, 1)
+            print(f"run {run}: {len(problems)} outcome(s) differ from the expectation file:")
+            for problem in problems:
+                print("  " + problem)
+            if os.path.exists(output):
+                with open(output, encoding="utf-8", errors="replace") as f:
+                    tail = [line for line in f.read().splitlines() if line.strip()][-3:]
+                print(f"  pytest's output ({output}) ends:\n    " + "\n    ".join(tail))
+            print(f"  minibroker's log: {broker_log}", flush=True)
+    flaky = sorted(n for n, outs in seen.items() if len(outs) > 1)
+    if runs > 1:
+        print(f"{runs} runs; tests with differing outcomes across runs: {len(flaky)}")
+        for nodeid in flaky:
+            print(f"  {nodeid}: {', '.join(sorted(seen[nodeid]))}")
+    if status == 0:
+        print(f"{name}: every outcome is as expected")
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1, help="run the suite this many times (flakiness)")
@@ -446,7 +484,6 @@ def main(argv: list[str] | None = None) -> int:
     sdist = fetch_sdist()
     workdir = tempfile.mkdtemp(prefix="kafka-python-suite-")
     keep = args.keep
-    status = 0
     try:
         suite = unpack(sdist, workdir)
         try:
@@ -459,32 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafka-python {KAFKA_PYTHON_VERSION} integration suite against minibroker "
               f"(KAFKA_VERSION={KAFKA_VERSION}); expectations: {os.path.relpath(args.expectations, ROOT)}",
               flush=True)
-        seen: dict[str, set[str]] = {}
-        for run in range(1, args.runs + 1):
-            code, results, output, broker_log = run_suite(suite, workdir, run, args.pytest_args, deselect)
-            for nodeid, result in results.items():
-                seen.setdefault(nodeid, set()).add(result.outcome)
-            problems = compare(expected, results, full_run)
-            if code not in (0, 1) or not results:
-                problems.insert(0, f"the suite itself did not complete (pytest exit code {code}, "
-                                   f"{len(results)} tests recorded)")
-            print(f"run {run}: {counts(results)}", flush=True)
-            if problems:
-                status, keep = (2 if not results else max(status, 1)), True
-                print(f"run {run}: {len(problems)} outcome(s) differ from the expectation file:")
-                for problem in problems:
-                    print("  " + problem)
-                with open(output, encoding="utf-8", errors="replace") as f:
-                    tail = [line for line in f.read().splitlines() if line.strip()][-3:]
-                print(f"  pytest's output ({output}) ends:\n    " + "\n    ".join(tail))
-                print(f"  minibroker's log: {broker_log}", flush=True)
-        flaky = sorted(n for n, outs in seen.items() if len(outs) > 1)
-        if args.runs > 1:
-            print(f"{args.runs} runs; tests with differing outcomes across runs: {len(flaky)}")
-            for nodeid in flaky:
-                print(f"  {nodeid}: {', '.join(sorted(seen[nodeid]))}")
-        if status == 0:
-            print("kafka-python suite: every outcome is as expected")
+        status = run_and_compare(args.runs, expected, full_run, "kafka-python suite",
+                                 lambda run: run_suite(suite, workdir, run, args.pytest_args, deselect))
+        keep = keep or status != 0
         return status
     finally:
         if keep:
@@ -494,4 +508,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # scripts/run-tests.sh stops a suite running in the background with SIGTERM (on Ctrl-C): exit
+    # through the finally blocks, which stop the broker and kill the suite's pytest
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     sys.exit(main())
