@@ -362,8 +362,8 @@ class ShareGroupCoordinator:
         return HeartbeatResult(E.NONE, None, r.member_id, LEAVE_EPOCH, 0, None)
 
     def fence(self, group: ShareGroup, member_id: str, reason: str) -> None:
-        """Remove a member, bump the group epoch and release the records it holds (raises KafkaError
-        when the records cannot be written)."""
+        """Remove a member and bump the group epoch; the records it holds stay acquired (see the module
+        docstring). Raises KafkaError when the group's records cannot be written."""
         if member_id not in group.members:
             return
         snap = group.snapshot()
