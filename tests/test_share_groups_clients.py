@@ -505,6 +505,37 @@ def test_a_long_poll_wakes_on_an_append(share_broker, topic_name):
         assert _acquired(answer["r"]) == [(0, 0, 1)]
 
 
+def test_a_long_poll_does_not_hand_out_a_recreated_topic_under_the_old_id(minibroker_factory, topic_name):
+    """A topic deleted and created again (same name, another id) while a fetch waits: the append to the new
+    topic wakes the fetch, which must answer the session's old id UNKNOWN_TOPIC_ID, not acquire the new
+    topic's records and send them under the old id (the client could never acknowledge them)."""
+    broker = minibroker_factory(SHARE_OVERRIDES, mode="thread")
+    broker.create_topic(topic_name, 1)
+    group = _group(broker, "recreated", share_record_lock_duration_ms="60000")
+    with WireClient(broker.host, broker.port, timeout=30) as wire:
+        old = _topic_id(wire, topic_name)
+        assert _acquired(share_fetch(wire, group, "m", 0, [(old, [0])])) == []
+        answer = {}
+        waiting = threading.Thread(
+            target=lambda: answer.update(r=share_fetch(wire, group, "m", 1, max_wait_ms=20000)))
+        waiting.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not broker.broker.share_partitions._watchers:  # the fetch is waiting
+                assert time.monotonic() < deadline, "the fetch did not wait"
+                time.sleep(0.01)
+            broker.delete_topic(topic_name)
+            broker.create_topic(topic_name, 1)
+            with WireClient(broker.host, broker.port) as producer:
+                assert _topic_id(producer, topic_name) != old
+                _produce_batch(producer, topic_name, b"new")
+        finally:
+            waiting.join(30)
+        partitions = _partitions(answer["r"])
+        assert {k: (p.error_code, _values(p)) for k, p in partitions.items()} == {
+            (old, 0): (E.UNKNOWN_TOPIC_ID, [])}
+
+
 def test_a_dropped_connection_releases_its_records_at_once(share_broker, topic_name):
     share_broker.create_topic(topic_name, 1)
     group = _group(share_broker, "dropped", share_record_lock_duration_ms="60000")
@@ -560,6 +591,43 @@ def test_authorization_of_the_group_and_the_topics(acl_share_broker, topic_name)
         r = share_ack(wire, "auth-group", "m", 1, _acks(no, 0, (0, 0, [ACCEPT])))
         assert [p.error_code for p in _partitions(r).values()] == [E.TOPIC_AUTHORIZATION_FAILED]
         assert share_ack(wire, "auth-group", "m", -1).error_code == 0  # its session slot is free again
+
+
+def test_a_long_poll_decides_read_on_partitions_added_while_it_waits(minibroker_factory, topic_name):
+    """A fetch waits; another connection of the same member adds a topic the principal may not READ to the
+    session (that request answers TOPIC_AUTHORIZATION_FAILED, the partition stays in the session). When
+    the waiting fetch wakes it must refuse that partition too, not hand out its records."""
+    broker = minibroker_factory({**SHARE_OVERRIDES, "authorizer.class.name":
+                                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                                 "allow.everyone.if.no.acl.found": "true"}, mode="thread")
+    allowed, refused = topic_name + "-ok", topic_name + "-no"
+    broker.create_topic(allowed, 1)
+    broker.create_topic(refused, 1)
+    group = _group(broker, "authpoll", share_record_lock_duration_ms="60000")
+    with WireClient(broker.host, broker.port, timeout=30) as wire, \
+            WireClient(broker.host, broker.port, timeout=30) as other:
+        _produce_batch(other, refused, b"secret")
+        _deny_read(other, 2, refused)  # TOPIC (its only ACLs from here on: no more writes to it either)
+        ok, no = _topic_id(other, allowed), _topic_id(other, refused)
+        assert _acquired(share_fetch(wire, group, "m", 0, [(ok, [0])])) == []
+        answer = {}
+        waiting = threading.Thread(
+            target=lambda: answer.update(r=share_fetch(wire, group, "m", 1, max_wait_ms=20000)))
+        waiting.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not broker.broker.share_partitions._watchers:  # the fetch is waiting
+                assert time.monotonic() < deadline, "the fetch did not wait"
+                time.sleep(0.01)
+            r = share_fetch(other, group, "m", 2, [(no, [0])])
+            assert {k: p.error_code for k, p in _partitions(r).items()} == {
+                (no, 0): E.TOPIC_AUTHORIZATION_FAILED}
+            _produce_batch(other, allowed, b"public")  # wakes the waiting fetch
+        finally:
+            waiting.join(30)
+        partitions = _partitions(answer["r"])
+        assert {k: (p.error_code, _values(p)) for k, p in partitions.items()} == {
+            (ok, 0): (0, [b"public"]), (no, 0): (E.TOPIC_AUTHORIZATION_FAILED, [])}
 
 
 def test_the_share_session_limit(acl_share_broker, topic_name):

@@ -20,8 +20,11 @@ of them are this member's, with their delivery counts; offsets inside a run with
 away) are for the client to acknowledge as gaps. Control batches are never handed out. When nothing was
 acquired and MaxWaitMs > 0 the request waits for an append to a session partition or for records to
 become acquirable again (a release, a lock running out, an acknowledgement freeing in-flight room),
-until MaxWaitMs. A full answer (epoch 0) lists every session partition; a later one only the partitions
-with records or an error, the ones this request added, and the ones it acknowledged.
+until MaxWaitMs; each pass after a wake-up looks the session's topic ids up again (a topic deleted and
+created again answers UNKNOWN_TOPIC_ID, never the new topic's records under the old id) and decides READ
+again (partitions another connection of the member added meanwhile included). A full answer (epoch 0)
+lists every session partition; a later one only the partitions with records or an error, the ones this
+request added, and the ones it acknowledged.
 Request checks in Kafka's order: a null or empty group id INVALID_REQUEST, then READ on the group, then
 the member id (1 to 36 characters), all top-level; membership of the group is not checked (Kafka 4.2
 does not either). Partition errors: UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED,
@@ -124,6 +127,13 @@ class ShareFetchPlan:
             self.session.add(requested)
             self.session.forget((bytes(t.topic_id), p) for t in self.request.forgotten_topics_data
                                 for p in t.partitions)
+        self.names.authorize([t for t, _ in self.acks] + [t for t, _ in self.session.partitions])
+
+    def look_again(self) -> None:
+        """Before a long poll's next pass: topic ids looked up again (a topic deleted and created again is
+        another id) and READ decided for every session partition, those another connection of the member
+        added meanwhile included."""
+        self.names.refresh()
         self.names.authorize([t for t, _ in self.acks] + [t for t, _ in self.session.partitions])
 
     def acknowledge(self) -> None:
@@ -246,6 +256,7 @@ async def _long_poll(plan: ShareFetchPlan, deadline: float) -> Struct:
             plan.unwatch()
             if not done or not plan.still_current():
                 break
+            plan.look_again()
             plan.acquire()
             if not plan.can_wait():
                 break

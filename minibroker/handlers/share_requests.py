@@ -59,6 +59,11 @@ class TopicNames:
         self._names: dict[bytes, str | None] = {}
         self.denied: frozenset[str] = frozenset()
 
+    def refresh(self) -> None:
+        """Look the ids up again: a long poll's next pass must not read a topic deleted and created again
+        under the same name as if it were the one the session named (its id is another)."""
+        self._names.clear()
+
     def name(self, topic_id: bytes) -> str | None:
         if topic_id not in self._names:
             self._names[topic_id] = self.broker.logs.topic_name(topic_id)
