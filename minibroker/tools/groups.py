@@ -129,11 +129,9 @@ def _describe(admin, args, out) -> int:
 def _describe_consumer_group(args) -> tuple[str, list[dict]] | None:
     """(state, members) of a consumer (KIP-848) group from ConsumerGroupDescribe; None if it is not one."""
     from minibroker.protocol.codec import Struct
-    from minibroker.tools.client_config import read_client_config
-    from minibroker.tools.topics import ToolError, TopicAdmin
+    from minibroker.tools.topics import ToolError
 
-    with TopicAdmin(args.bootstrap_server, timeout=args.timeout,
-                    security=read_client_config(args.command_config)) as admin:
+    with _wire_admin(args) as admin:
         try:
             answer = admin.request(69, Struct(group_ids=[args.group], include_authorized_operations=False))
         except ToolError:  # a broker without ConsumerGroupDescribe
@@ -147,7 +145,8 @@ def _describe_consumer_group(args) -> tuple[str, list[dict]] | None:
         for m in group.members]
 
 
-def _share_admin(args):
+def _wire_admin(args):
+    """A raw-request admin connection (for the APIs kafka-python's admin client lacks)."""
     from minibroker.tools.client_config import read_client_config
     from minibroker.tools.topics import TopicAdmin
 
@@ -162,7 +161,7 @@ def _share_group(args):
     from minibroker.protocol.codec import Struct
     from minibroker.tools.topics import ToolError
 
-    with _share_admin(args) as admin:
+    with _wire_admin(args) as admin:
         try:
             answer = admin.request(77, Struct(group_ids=[args.group], include_authorized_operations=False))
         except ToolError:  # a broker without ShareGroupDescribe
@@ -220,35 +219,31 @@ def _describe_share_group(args, out) -> int | None:
     return 0
 
 
-def _reset_share_group(admin, args, out, group, rows) -> int:
-    """reset-offsets of a share group: AlterShareGroupOffsets, as kafka-share-groups.sh --reset-offsets;
-    the group must be Empty."""
+def _partitions_to_reset(admin, args, every: list) -> list | None:
+    """The partitions reset-offsets acts on: ``every`` (the group's) with --all-topics, else those of each
+    --topic TOPIC[:P,...]; None, after saying so, when a named topic does not exist."""
     from kafka import TopicPartition
+
+    if args.all_topics:
+        return every
+    tps: list = []
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        if parts:
+            tps += [TopicPartition(topic, int(p)) for p in parts.split(",") if p]
+        else:
+            described = admin.describe_topics([topic])
+            if not described or described[0].get("error_code"):
+                print(f"minibroker groups: topic {topic} does not exist", file=sys.stderr)
+                return None
+            tps += [TopicPartition(topic, p["partition_index"]) for p in described[0]["partitions"]]
+    return tps
+
+
+def _reset_targets(admin, args, tps: list) -> dict:
+    """Each partition's new offset: --to-earliest, --to-latest or --to-offset, kept within the log."""
     from kafka.admin import OffsetSpec
 
-    from minibroker.protocol.codec import Struct
-
-    if group.members:
-        print(f"minibroker groups: share group '{args.group}' is not empty (state {group.group_state}): "
-              "its start offsets can only be reset while it has no members.", file=sys.stderr)
-        return 1
-    tps = []
-    if args.all_topics:
-        tps = [TopicPartition(t, p) for (t, p), (start, _lag) in sorted(rows.items()) if start >= 0]
-    else:
-        for spec in args.topic:
-            topic, _, parts = spec.partition(":")
-            if parts:
-                tps += [TopicPartition(topic, int(p)) for p in parts.split(",") if p]
-            else:
-                described = admin.describe_topics([topic])
-                if not described or described[0].get("error_code"):
-                    print(f"minibroker groups: topic {topic} does not exist", file=sys.stderr)
-                    return 1
-                tps += [TopicPartition(topic, p["partition_index"]) for p in described[0]["partitions"]]
-    if not tps:
-        print(f"minibroker groups: share group '{args.group}' has no start offsets to reset", file=sys.stderr)
-        return 1
     earliest = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in tps})
     latest = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})
     plan = {}
@@ -256,12 +251,34 @@ def _reset_share_group(admin, args, out, group, rows) -> int:
         low, high = earliest[tp].offset, latest[tp].offset
         target = low if args.to_earliest else high if args.to_latest else args.to_offset
         plan[tp] = min(max(target, low), high)
+    return plan
+
+
+def _reset_share_group(admin, args, out, group, rows) -> int:
+    """reset-offsets of a share group: AlterShareGroupOffsets, as kafka-share-groups.sh --reset-offsets;
+    the group must be Empty."""
+    from kafka import TopicPartition
+
+    from minibroker.protocol.codec import Struct
+
+    if group.members:
+        print(f"minibroker groups: share group '{args.group}' is not empty (state {group.group_state}): "
+              "its start offsets can only be reset while it has no members.", file=sys.stderr)
+        return 1
+    tps = _partitions_to_reset(admin, args, [TopicPartition(t, p) for (t, p), (start, _lag)
+                                             in sorted(rows.items()) if start >= 0])
+    if tps is None:
+        return 1
+    if not tps:
+        print(f"minibroker groups: share group '{args.group}' has no start offsets to reset", file=sys.stderr)
+        return 1
+    plan = _reset_targets(admin, args, tps)
     if args.execute:
         by_topic: dict[str, list] = {}
         for tp, offset in sorted(plan.items()):
             by_topic.setdefault(tp.topic, []).append(Struct(partition_index=tp.partition,
                                                             start_offset=offset))
-        with _share_admin(args) as wire:
+        with _wire_admin(args) as wire:
             r = wire.request(91, Struct(group_id=args.group, topics=[
                 Struct(topic_name=t, partitions=ps) for t, ps in by_topic.items()]))
         failed = {(t.topic_name, p.partition_index): p.error_code for t in r.responses for p in t.partitions
@@ -283,9 +300,6 @@ def _dash(value) -> str:
 
 
 def _reset(admin, args, out) -> int:
-    from kafka import TopicPartition
-    from kafka.admin import OffsetSpec
-
     share = _share_group(args)
     if share is not None:
         return _reset_share_group(admin, args, out, *share)
@@ -299,30 +313,13 @@ def _reset(admin, args, out) -> int:
               f"but the current state is {state}.", file=sys.stderr)
         return 1
     committed = admin.list_group_offsets(args.group).get(args.group, {})
-    tps: list = []
-    if args.all_topics:
-        tps = sorted(committed)
-    else:
-        for spec in args.topic:
-            topic, _, parts = spec.partition(":")
-            if parts:
-                tps += [TopicPartition(topic, int(p)) for p in parts.split(",") if p]
-            else:
-                described = admin.describe_topics([topic])
-                if not described or described[0].get("error_code"):
-                    print(f"minibroker groups: topic {topic} does not exist", file=sys.stderr)
-                    return 1
-                tps += [TopicPartition(topic, p["partition_index"]) for p in described[0]["partitions"]]
+    tps = _partitions_to_reset(admin, args, sorted(committed))
+    if tps is None:
+        return 1
     if not tps:
         print(f"minibroker groups: group '{args.group}' has no offsets to reset", file=sys.stderr)
         return 1
-    earliest = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in tps})
-    latest = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})
-    plan = {}
-    for tp in tps:
-        low, high = earliest[tp].offset, latest[tp].offset
-        target = low if args.to_earliest else high if args.to_latest else args.to_offset
-        plan[tp] = min(max(target, low), high)
+    plan = _reset_targets(admin, args, tps)
     if args.execute:
         result = admin.reset_group_offsets(args.group, dict(plan))
         failed = {tp: r["error"] for tp, r in result.items() if r["error"].errno != 0}
