@@ -205,6 +205,9 @@ def test_groups_list_describe_reset(cli, bs, minibroker, topic_name):
     assert r.code == 0 and "dry run" in r.err
     assert _describe_rows(cli("groups", "describe", "--group", group, *bs).text)[0][3] == "3"
 
+    r = cli("groups", "reset-offsets", "--group", group, "--topic", f"{topic_name}:x", "--to-offset", "1",
+            *bs)
+    assert r.code == 1 and "partitions are numbers" in r.err and "Traceback" not in r.err
     r = cli("groups", "reset-offsets", "--group", group, "--topic", f"{topic_name}:0", "--to-offset", "1",
             "--execute", *bs)
     assert r.code == 0, r.err

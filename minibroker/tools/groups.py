@@ -230,7 +230,12 @@ def _partitions_to_reset(admin, args, every: list) -> list | None:
     for spec in args.topic:
         topic, _, parts = spec.partition(":")
         if parts:
-            tps += [TopicPartition(topic, int(p)) for p in parts.split(",") if p]
+            try:
+                tps += [TopicPartition(topic, int(p)) for p in parts.split(",") if p]
+            except ValueError:
+                print(f"minibroker groups: --topic {spec}: partitions are numbers (TOPIC:P,P,...)",
+                      file=sys.stderr)
+                return None
         else:
             described = admin.describe_topics([topic])
             if not described or described[0].get("error_code"):
