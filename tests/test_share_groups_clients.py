@@ -644,3 +644,27 @@ def test_the_share_session_limit(acl_share_broker, topic_name):
         assert share_fetch(wire, "limit-group", "s3", 0, [(tid, [0])]).error_code == 0
         assert share_fetch(wire, "limit-group", "s1", -1).error_code == 0
         assert share_fetch(wire, "limit-group", "s3", -1).error_code == 0
+
+
+def test_a_consumer_byte_rate_quota_caps_what_one_share_fetch_reads(minibroker_factory, topic_name):
+    """As Kafka: MaxBytes capped at what the client's quota window allows in one go (one batch at least);
+    the answer is not throttled, its records being acquired already."""
+    broker = minibroker_factory({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    broker.create_topic(topic_name, 1)
+    group = _group(broker, "quota")
+    with WireClient(broker.host, broker.port, client_id="slow-share") as wire:
+        r = wire.request(49, 1, {"entries": [{
+            "entity": [{"entity_type": "client-id", "entity_name": "slow-share"}],
+            "ops": [{"key": "consumer_byte_rate", "value": 2048.0, "remove": False}]}],
+            "validate_only": False})
+        assert r.entries[0].error_code == 0
+        tid = _topic_id(wire, topic_name)
+        for i in range(8):
+            _produce_batch(wire, topic_name, bytes([65 + i]) * 1000)
+        first = share_fetch(wire, group, "m", 0, [(tid, [0])], max_bytes=1 << 20)
+        got = _acquired(first)
+        assert got and got[-1][1] < 7  # capped: not all 8 batches of ~1 KiB in one answer
+        assert first.throttle_time_ms == 0
+    with WireClient(broker.host, broker.port, client_id="fast-share") as wire:  # no quota: all of them
+        r = share_fetch(wire, group, "m2", 0, [(tid, [0])], max_bytes=1 << 20)
+        assert _acquired(r) and _acquired(r)[-1][1] == 7

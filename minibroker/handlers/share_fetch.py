@@ -39,8 +39,11 @@ AcquiredRecords runs are cut into pieces of at most BatchSize offsets. v2 adds S
 MaxRecords, a batch's run is cut; other values INVALID_REQUEST) and IsRenewAck: a renew request carries
 acknowledgements whose type 4 extends locks, must have MaxBytes, MinBytes, MaxRecords and MaxWaitMs 0
 (else INVALID_REQUEST) and fetches nothing.
+Quotas: MaxBytes is capped at ``fetch.max.bytes`` and, with a consumer_byte_rate quota for the client,
+at what the quota window allows in one go, as Kafka caps a ShareFetch; the answer itself is not throttled
+(its records are acquired already), as in Kafka, where only error answers go through the request quota.
 Gaps: MinBytes is taken as 1 (an answer goes out as soon as anything was acquired); CurrentLeader is
-always this node (leader epoch 0) and NodeEndpoints empty; no fetch quotas.
+always this node (leader epoch 0) and NodeEndpoints empty.
 """
 
 from __future__ import annotations
@@ -98,6 +101,14 @@ class ShareFetchPlan:
         self.epoch = request.share_session_epoch
         self.final = self.epoch == FINAL_EPOCH
         self.renew = self.version >= 2 and bool(request.is_renew_ack)
+        # Kafka caps a ShareFetch at fetch.max.bytes and, for a client with a consumer_byte_rate quota, at
+        # what the quota window allows in one go (KafkaApis.handleShareFetchRequest); unlike a Fetch, the
+        # answer is not throttled afterwards: its records are already acquired.
+        self.max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
+        if broker.client_quotas is not None and broker.client_quotas.fetch.enabled:
+            cap = broker.client_quotas.fetch_byte_cap(header)
+            if cap is not None:
+                self.max_bytes = min(self.max_bytes, cap)
         self.strict = self.version >= 2 and request.share_acquire_mode == RECORD_LIMIT
         self.session = None
         self.added: set[tuple[bytes, int]] = set()  # partitions this request put in the session
@@ -155,7 +166,7 @@ class ShareFetchPlan:
         request = self.request
         self.rows, self.acquired, self.fetchable = {}, 0, []
         records_left = min(request.max_records, self.broker.config["share.fetch.max.fetch.records"])
-        bytes_left = request.max_bytes
+        bytes_left = self.max_bytes
         keys = list(self.session.partitions)
         if len(keys) > 1 and self.session.epoch > 0:  # Kafka rotates the start with the session epoch
             start = self.session.epoch % len(keys)
