@@ -113,7 +113,16 @@ def test_members_split_rebalance_incrementally_and_leave(broker, capsys):
         c.close()  # leaves with epoch -1: its partitions go back to the others
         _poll_until([a, b], lambda: len(_assigned(a) | _assigned(b)) == 4)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-        desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        described = []
+
+        def stable():
+            # A client sees its new partitions before its next heartbeat tells the broker it took them: the
+            # group is Reconciling (UNKNOWN to this client's enum) until then.
+            described[:] = [admin.describe_consumer_groups([group])[group].result(timeout=10)]
+            return described[0].state.name == "STABLE"
+
+        _poll_until([a, b], stable)
+        desc = described[0]
         assert desc.type.name == "CONSUMER"
         assert len(desc.members) == 2
         assert str(desc.state.name) == "STABLE"
