@@ -426,6 +426,8 @@ def test_acknowledgement_batches_kafka_refuses(share_broker, topic_name):
             "types of the wrong length": ((0, 2, [ACCEPT, ACCEPT]),),
             "unknown type": ((0, 0, [9]),),
             "renew without IsRenewAck": ((0, 0, [RENEW]),),
+            "a range of 2^62 offsets": ((0, 2**62, [ACCEPT]),),  # refused without a step per offset
+            "negative offsets": ((-5, -1, [ACCEPT]),),
         }
         epoch = 1
         for what, batches in bad.items():
