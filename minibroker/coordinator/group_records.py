@@ -318,12 +318,17 @@ class CurrentAssignmentValue(NamedTuple):
     pending_revocation: dict[bytes, set[int]]
 
 
-def encode_consumer_group_key(record_type: int, group: str, member: str = "") -> bytes:
+def encode_group_record_key(record_type: int, group: str, member: str = "") -> bytes:
+    """The key of a consumer (3-8) or share (10-14) group record: its type as the version, the group, and
+    the member for the per-member types."""
     out = bytearray(I16.pack(record_type))
     write_string(out, group)
-    if record_type in _PER_MEMBER:
+    if record_type in _PER_MEMBER or record_type in _SHARE_PER_MEMBER:
         write_string(out, member)
     return bytes(out)
+
+
+encode_consumer_group_key = encode_group_record_key
 
 
 def _value_header() -> bytearray:
@@ -521,12 +526,7 @@ class ShareCurrentAssignmentValue(NamedTuple):
     assigned: dict[bytes, set[int]]
 
 
-def encode_share_group_key(record_type: int, group: str, member: str = "") -> bytes:
-    out = bytearray(I16.pack(record_type))
-    write_string(out, group)
-    if record_type in _SHARE_PER_MEMBER:
-        write_string(out, member)
-    return bytes(out)
+encode_share_group_key = encode_group_record_key
 
 
 def encode_share_member_metadata_value(v: ShareMemberMetadataValue) -> bytes:
