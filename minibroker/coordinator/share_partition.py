@@ -341,25 +341,21 @@ class SharePartition:
 
     def expire(self, now_ms: int) -> bool:
         """Locks whose deadline passed: AVAILABLE again, or ARCHIVED at the delivery limit."""
-        changed = False
-        for run in list(self._runs):
-            if run.state == ACQUIRED and run.deadline <= now_ms:
-                state = ARCHIVED if run.count >= self.delivery_limit else AVAILABLE
-                self._assign(Run(run.first, run.last, state, run.count))
-                self._mark_dirty((run.first, run.last))
-                changed = True
-        if changed:
-            self._normalize()
-            self._advance_start()
-        return changed
+        return self._unlock(lambda run: run.deadline <= now_ms, lambda run: Run(
+            run.first, run.last, ARCHIVED if run.count >= self.delivery_limit else AVAILABLE, run.count))
 
     def release(self, member: str) -> bool:
         """Everything ``member`` holds goes AVAILABLE with its delivery count lowered by one (Kafka's
         releaseAcquiredRecords on a share session's close)."""
+        return self._unlock(lambda run: run.member == member,
+                            lambda run: Run(run.first, run.last, AVAILABLE, max(run.count - 1, 0)))
+
+    def _unlock(self, which, becomes) -> bool:
+        """Every ACQUIRED run ``which`` picks takes the state ``becomes`` gives it; True when any did."""
         changed = False
         for run in list(self._runs):
-            if run.state == ACQUIRED and run.member == member:
-                self._assign(Run(run.first, run.last, AVAILABLE, max(run.count - 1, 0)))
+            if run.state == ACQUIRED and which(run):
+                self._assign(becomes(run))
                 self._mark_dirty((run.first, run.last))
                 changed = True
         if changed:
