@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from minibroker.coordinator.group_records import partition_for
 from minibroker.errors import KafkaError
@@ -107,11 +107,16 @@ class InternalTopic:
             return self.broker.replicas.append_records(self.name, partition, batch, INTERNAL_PRODUCE_VERSION,
                                                        from_client=False)
         except KafkaError as e:
-            self._log.warning("could not write %s to %s: %s", what, self.name, e)
-            mapped = self.map_append_error(e)
-            if mapped is e:
-                raise
-            raise mapped from e
+            self._append_failed(e, what)
+
+    def _append_failed(self, e: KafkaError, what: str) -> NoReturn:
+        """Log a failed write and raise the error the coordinator's client gets for it (called in the
+        ``except`` that caught ``e``)."""
+        self._log.warning("could not write %s to %s: %s", what, self.name, e)
+        mapped = self.map_append_error(e)
+        if mapped is e:
+            raise e
+        raise mapped from e
 
     def append(self, key: str, entries: list[tuple[bytes, bytes | None]], *, what: str | None = None,
                **kw) -> None:
@@ -123,11 +128,7 @@ class InternalTopic:
         try:
             self.ensure_topic()
         except KafkaError as e:
-            self._log.warning("could not write %s to %s: %s", what, self.name, e)
-            mapped = self.map_append_error(e)
-            if mapped is e:
-                raise
-            raise mapped from e
+            self._append_failed(e, what)
         self.append_to(self.partition_for(key), entries, what=what, **kw)
 
     def read_partition(self, partition: int) -> Iterator[StoredRecord]:
