@@ -16,6 +16,8 @@ import asyncio
 import base64
 import json
 import logging
+import select
+import socket
 import subprocess
 import time
 
@@ -355,6 +357,34 @@ def test_wrong_password_on_the_wire(broker, mechanism):
                                             "credentials with SASL mechanism SCRAM-SHA-256")
         assert answer.error_code == 58
         assert _closed(client)
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """The broker's FIN has arrived (a peek reads EOF); False while the connection is open and idle."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+
+
+def test_a_failed_login_is_answered_before_the_connection_closes(broker):
+    """The failure's answer does not arrive with the FIN (kafka-python 3.0 drops the bytes of a read
+    that ends in EOF, and reported a lost connection, not the failure, on a loaded machine): the
+    connection closes when the client closes it, or FAILED_AUTH_LINGER_S later."""
+    from minibroker.server.connection import FAILED_AUTH_LINGER_S
+
+    for client_closes in (True, False):
+        with _wire(broker) as client:
+            assert _login(client, password="wrong").error_code == 58
+            time.sleep(FAILED_AUTH_LINGER_S / 10)  # a FIN sent with the answer has arrived by now
+            assert not _peer_closed(client.sock), "the broker closed the connection with its answer"
+            before = time.monotonic()
+            if client_closes:
+                port = client.sock.getsockname()[1]
+                client.sock.close()
+                _wait_for(lambda: all(c.peer[1] != port for c in _connections(broker, "SASL_PLAINTEXT")),
+                          what="the broker to drop the connection the client closed")
+            else:
+                _wait_for(lambda: _peer_closed(client.sock), what="the broker to close after lingering")
+                assert time.monotonic() - before < 10 * FAILED_AUTH_LINGER_S
 
 
 def test_wrong_password_kafka_python(broker, caplog):

@@ -3,7 +3,8 @@
 Behaviour: carries one SASL token of the mechanism chosen by SaslHandshake v1 to the connection's
 SaslAuthenticator (minibroker/security/sasl/authenticator.py) and its answer back. A failed exchange is
 SASL_AUTHENTICATION_FAILED (58) with its message, answered after
-``connection.failed.authentication.delay.ms``, and the connection is then closed. Once authenticated (and
+``connection.failed.authentication.delay.ms``, and the connection is then closed (when the client closes
+it, or FAILED_AUTH_LINGER_S later: minibroker/server/connection.py). Once authenticated (and
 on PLAINTEXT and SSL listeners), ILLEGAL_SASL_STATE (34) "SaslAuthenticate request received after
 successful authentication", as Kafka's request handler answers; the connection stays open.
 Version notes: v1+ carries ``session_lifetime_ms`` (KIP-368): the least of ``connections.max.reauth.ms``

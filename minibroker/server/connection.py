@@ -65,6 +65,7 @@ SILENT_BUFFER = 256  # the least a silent connection keeps for the few bytes it 
 RETAIN_BUFFER = 2 * 1024 * 1024  # a larger read buffer is dropped as soon as its frames are handled
 TLS_CHUNK = 64 * 1024  # record bytes read per write on a TLS connection (no sendfile there)
 TLS_WINDOW = 256 * 1024  # a TLS connection waits for its transport to drain once it holds this much
+FAILED_AUTH_LINGER_S = 1.0  # how long a failed SASL login's answered connection waits for the client to close
 
 
 def _pow2(n: int) -> int:
@@ -144,6 +145,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._send_blocked = False  # a sendfile waits for the socket to take more
         self._throttled = False  # a client quota muted it: requests wait until the timer fires
         self._throttle_timer: asyncio.TimerHandle | None = None
+        self._linger_timer: asyncio.TimerHandle | None = None  # closes a failed SASL login's connection
         self._sock_fd_dup = -1
         self.session_ids: set[int] = set()  # fetch sessions created here (for cleanup)
         # Who the client is (minibroker/security): User:ANONYMOUS until a client certificate or a SASL
@@ -180,6 +182,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc):
         self._closed = True
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
         self._release_memory()
         if self._throttle_timer is not None:
             self._throttle_timer.cancel()
@@ -458,7 +463,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         else:
             self._respond(header, version, result, started)
             if sasl is not None and sasl.failed:  # the failed SASL exchange is answered, then closed
-                self.close()
+                self._close_after_failed_authentication()
 
     async def _finish_async(self, header, awaitable, started) -> None:
         try:
@@ -479,7 +484,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.active = True
         self._respond(header, header.api_version, response, started)
         if self.sasl is not None and self.sasl.failed:  # answered after the failed-authentication delay
-            self.close()
+            self._close_after_failed_authentication()
             return
         self._pump()
 
@@ -599,9 +604,28 @@ class KafkaConnection(asyncio.BufferedProtocol):
         log.debug("%s: %s; closing", self.peer, why)
         self.close()
 
+    def _close_after_failed_authentication(self) -> None:
+        """The answer to a failed SASL exchange is written; nothing more is read, and the connection
+        closes when the client closes its side, or FAILED_AUTH_LINGER_S later. Closing at once put the
+        answer and the FIN in one read of a client that waits for the answer, and kafka-python 3.0
+        drops the bytes of a read that ends in EOF: it then reported a lost connection, not the
+        authentication failure."""
+        if self._closed:
+            return
+        self._closed = True  # buffer_updated reads nothing more; eof_received closes the transport
+        self._queue.clear()
+        self._release_memory()
+        if self.transport is not None:
+            self._linger_timer = asyncio.get_running_loop().call_later(FAILED_AUTH_LINGER_S,
+                                                                       self.transport.close)
+
     def close(self, abort: bool = False) -> None:
         """Close after what is written has been sent, or with ``abort`` at once, dropping it (for a
         client that may not be reading: Kafka's processors drop unsent bytes of a closed channel)."""
+        if self._linger_timer is not None:  # a failed SASL login's connection, lingering: now
+            self._linger_timer.cancel()
+            self._linger_timer = None
+            self.transport.abort() if abort else self.transport.close()
         if not self._closed:
             self._closed = True
             self._queue.clear()
