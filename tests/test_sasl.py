@@ -380,7 +380,8 @@ def test_a_failed_login_is_answered_before_the_connection_closes(broker):
             if client_closes:
                 port = client.sock.getsockname()[1]
                 client.sock.close()
-                _wait_for(lambda: all(c.peer[1] != port for c in _connections(broker, "SASL_PLAINTEXT")),
+                _wait_for(lambda port=port: all(c.peer[1] != port
+                                                for c in _connections(broker, "SASL_PLAINTEXT")),
                           what="the broker to drop the connection the client closed")
             else:
                 _wait_for(lambda: _peer_closed(client.sock), what="the broker to close after lingering")
