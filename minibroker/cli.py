@@ -111,6 +111,10 @@ def cmd_serve(args) -> int:
     from minibroker.config import ConfigError, load_config
 
     setup_logging(args.log_level, args.log_format)
+    if "MINIBROKER_PARENT_PIPE_FD" in os.environ:  # a test's broker: stop when its parent is gone
+        from minibroker.parent_watch import watch_pipe_from_environment
+
+        watch_pipe_from_environment()
     try:
         config = load_config(args.config_file, args.override or [], os.environ)
     except (ConfigError, OSError) as e:

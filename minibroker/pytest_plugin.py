@@ -14,7 +14,9 @@ Options (command line, or the ini keys of the same name with ``_`` for ``-``):
 - ``--minibroker-mode thread|process``: in-process on a background event-loop thread (default,
   fastest), or a subprocess (for tests that kill or restart it);
 - ``--minibroker-override key=value`` (repeatable; ini ``minibroker_overrides``, one per line).
-The broker's log is attached to the report of a failing test that used one.
+The broker's log is attached to the report of a failing test that used one. A process-mode broker
+stops when the pytest process (or pytest-xdist worker) that started it ends, kill -9 included
+(``minibroker.testing.tied_to_this_process``).
 
 kafka-python (which the fixtures' helpers use) is imported when pytest starts, with the
 DeprecationWarnings it raises on import silenced: kafka-python 3.0 reads its protocol schemas

@@ -6,7 +6,9 @@
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
 
 Port 0 (the OS picks a free port, so parallel test runs never collide), a temporary data
-directory removed at the end unless one was given, and cleanup guaranteed by ``stop()``.
+directory removed at the end unless one was given, and cleanup guaranteed by ``stop()``. A
+process-mode broker also stops when the process that started it ends, kill -9 included
+(``tied_to_this_process``).
 """
 
 from __future__ import annotations
@@ -16,13 +18,63 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 
 READY_RE = re.compile(r"minibroker ready: .* listening on [A-Z_]+://([^:,\s]*):(\d+)")
+
+# The pipe that ties this process's ``minibroker serve`` children to it: (pid, read end, write end).
+# One per process, made on first use; a forked child makes its own (the pid differs).
+_tie: tuple[int, int, int] | None = None
+_tie_lock = threading.Lock()
+
+
+def tied_to_this_process(env: Mapping[str, str] | None = None) -> dict:
+    """Keyword arguments for ``subprocess.Popen`` (or ``run``) that start ``minibroker serve`` so that it
+    stops when this process ends, however it ends (kill -9 included):
+    ``subprocess.Popen(cmd, stdout=log, **tied_to_this_process(env))``.
+
+    The child gets the read end of a pipe (``pass_fds``) and its number in ``MINIBROKER_PARENT_PIPE_FD``
+    (added to ``env``, default ``os.environ``); the only write end stays here, never inherited (close on
+    exec). When this process is gone the broker reads end of file and stops: SIGTERM to itself (a clean
+    shutdown), SIGKILL 5 s later if it still runs (``minibroker.parent_watch``). Which thread starts the
+    child does not matter. Other commands ignore the variable."""
+    global _tie
+    from minibroker.parent_watch import PARENT_PIPE_ENV
+
+    with _tie_lock:
+        if _tie is None or _tie[0] != os.getpid():
+            read_end, write_end = os.pipe()  # both close on exec; pass_fds opens the read end to the child
+            _tie = (os.getpid(), read_end, write_end)
+        read_end = _tie[1]
+    child_env = dict(os.environ if env is None else env)
+    child_env[PARENT_PIPE_ENV] = str(read_end)
+    return {"env": child_env, "pass_fds": (read_end,)}
+
+
+def sigterm_as_keyboard_interrupt() -> bool:
+    """Make SIGTERM end this process as Ctrl-C does, with KeyboardInterrupt: called from a conftest's
+    ``pytest_configure``, pytest then tears its fixtures down on SIGTERM (brokers stopped, temporary
+    directories removed) instead of dying at once. Further SIGTERMs are ignored meanwhile, as a process
+    group's SIGTERM often arrives twice (from the group's signal and from a parent passing it on); SIGKILL
+    ends a teardown that hangs. Only in the main thread, and only where SIGTERM still has its default
+    action; returns whether it was installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return False
+
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, lambda *_: None)  # not SIG_IGN, which children would inherit
+        raise KeyboardInterrupt(f"signal {signum} (SIGTERM)")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    return True
 
 
 class _LogCapture(logging.Handler):
@@ -260,7 +312,9 @@ class BrokerRunner:
         log_file = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
         start_offset = log_file.tell()
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_")}
-        self.process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        # tied: the broker stops when this process ends, even by kill -9 (no orphan broker)
+        self.process = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
+                                        **tied_to_this_process(env))
         self._log_file = log_file
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -63,6 +63,7 @@ from client_suite_kafka_python import (  # noqa: E402
     combine,
     read_expectations,
     run_and_compare,
+    run_pytest,
     sha256,
 )
 
@@ -335,8 +336,8 @@ def run_suite(suite: str, workdir: str, run: int, pytest_args: list[str], desele
     try:
         with open(output, "w", encoding="utf-8") as out:
             try:
-                code = subprocess.run(cmd, cwd=suite, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                      timeout=SUITE_TIMEOUT).returncode
+                code = run_pytest(cmd, SUITE_TIMEOUT, cwd=suite, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT)
             except subprocess.TimeoutExpired:
                 out.write(f"\n*** the suite did not finish in {SUITE_TIMEOUT} s; killed\n")
                 code = -1

@@ -139,6 +139,14 @@ def pytest_runtest_logreport(report):  # pragma: no cover - runs inside the suit
         f.write(json.dumps(line) + "\n")
 
 
+def pytest_configure(config):  # pragma: no cover - runs inside the suite's pytest
+    # Stopped with SIGTERM (scripts/run-tests.sh stops its process group; run_pytest passes it on), the
+    # suite's pytest tears its fixtures down as on Ctrl-C: brokers stopped, temporary directories removed
+    from minibroker.testing import sigterm_as_keyboard_interrupt
+
+    sigterm_as_keyboard_interrupt()
+
+
 def pytest_deselected(items):  # pragma: no cover - runs inside the suite's pytest
     path = os.environ.get("MINIBROKER_SUITE_OUTCOMES")
     if not path:
@@ -386,11 +394,37 @@ def _pytest(suite: str, env: dict[str, str], targets: list[str], options: list[s
            "--tb=short", "--show-capture=no", "-q", "-rN", "--durations=0", "--durations-min=5", *options]
     out.flush()
     try:
-        return subprocess.run(cmd, cwd=suite, env=env, stdout=out, stderr=subprocess.STDOUT,
-                              timeout=SUITE_TIMEOUT).returncode
+        return run_pytest(cmd, SUITE_TIMEOUT, cwd=suite, env=env, stdout=out, stderr=subprocess.STDOUT)
     except subprocess.TimeoutExpired:
         out.write(f"\n*** the suite did not finish in {SUITE_TIMEOUT} s; killed\n")
         return -1
+
+
+STOP_GRACE_S = 4  # a stopped run: how long the suite's pytest has to tear down before SIGKILL
+
+
+def run_pytest(cmd: list[str], timeout: float, **popen_kwargs) -> int:
+    """``subprocess.run(cmd, timeout=timeout, **popen_kwargs).returncode``, except when this script is
+    stopped meanwhile (SIGTERM, turned into SystemExit below; Ctrl-C): run() would SIGKILL the suite's
+    pytest, leaving its fixtures' temporary directories behind; here it gets SIGTERM (which its
+    pytest_configure above turns into KeyboardInterrupt) and STOP_GRACE_S seconds to tear down first.
+    Also used by scripts/client_suite_confluent_share.py."""
+    proc = subprocess.Popen(cmd, **popen_kwargs)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    except BaseException as e:
+        if not isinstance(e, KeyboardInterrupt):  # Ctrl-C reached the suite's pytest too (same group)
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
 
 
 # -- comparison --------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@
 # source is confluent-kafka-python's repository (its sdist ships no tests): where it cannot be had
 # (no access to GitHub, nothing cached, no MINIBROKER_CONFLUENT_SUITE_SOURCE) that suite reports
 # NOT RUN and does not fail the run. MINIBROKER_CLIENT_SUITES=0 leaves both suites out (for a quick
-# local run of a few tests).
+# local run of a few tests). Ctrl-C, SIGTERM or SIGHUP stops pytest, the suites and every broker they
+# started within a few seconds, and the script exits 130, 143 or 129 (see "Stopping a run" below).
 #
 # What it changes on the machine (the README says it too): apt-get installs kcat and a JRE for Spark
 # when missing; pip turns minibroker into an editable install of this checkout with the test and
@@ -61,37 +62,87 @@ python3 -m pip install -q --disable-pip-version-check -e ".[$extras]"
 # What the tests keep for a person to look at (the explain page's screenshot): test-artifacts/
 # (the tests create it).
 export MINIBROKER_ARTIFACTS_DIR="${MINIBROKER_ARTIFACTS_DIR:-$PWD/test-artifacts}"
-# The client suites mostly wait on sockets and timers: they run beside pytest, each into its own log
-# (only bash builtins here: tests/test_suite_switches.py runs this script with a bare PATH).
+# The client suites mostly wait on sockets and timers: they run beside pytest, each into its own log.
+# Only bash builtins from here on (tests/test_suite_switches.py runs this script with a bare PATH).
 suite_names=(kafka-python confluent-share)
 suite_scripts=(scripts/client_suite_kafka_python.py scripts/client_suite_confluent_share.py)
 suite_pids=()
 suite_logs=()
+summary="${TMPDIR:-/tmp}/minibroker-pytest-summary-$$"
+# Stopping a run (docs/testing.md, "Stopping a run"): pytest and each client suite run as background
+# jobs, each in a process group of its own (set -m), which also holds the pytest workers, brokers and
+# inner pytest runs they start; their stdin is /dev/null (a job outside the terminal's foreground group
+# that read the terminal would be stopped). Ctrl-C's SIGINT reaches this script alone (the jobs are not
+# in the terminal's foreground group); SIGINT, SIGTERM or SIGHUP runs stop_run at once (this script
+# waits with the `wait` builtin, which a trapped signal interrupts, where a foreground pipeline would
+# hold the trap until pytest ended): SIGTERM to every group (pytest tears its fixtures down, each suite
+# stops its broker and its pytest), up to stop_grace_s seconds for them to end, SIGKILL to the groups
+# left, exit 128 + the signal's number. Besides, a test's broker stops by itself once its parent is
+# gone (MINIBROKER_PARENT_PIPE_FD: minibroker/testing.py, tied_to_this_process).
+groups=()  # the process group ids of the jobs
+stop_grace_s=5
+stop_run() {  # stop_run SIGNAL_NUMBER
+    local code=$((128 + $1)) pg tick i
+    local alive=()
+    trap '' INT TERM HUP
+    disown -a  # no job notices; the loop below waits for the groups instead
+    echo "run-tests.sh: signal $1: stopping pytest and the client suites (SIGTERM to their process groups," \
+         "SIGKILL after ${stop_grace_s} s)" >&2
+    for pg in "${groups[@]}"; do kill -TERM -- "-$pg" 2>/dev/null || true; done
+    exec {tick}<> <(:)  # a pipe nobody writes to: `read -t` on it is a sleep builtin
+    for ((i = 0; i < stop_grace_s * 10; i++)); do
+        alive=()
+        for pg in "${groups[@]}"; do
+            if kill -0 -- "-$pg" 2>/dev/null; then alive+=("$pg"); fi
+        done
+        if [ ${#alive[@]} = 0 ]; then break; fi
+        read -r -t 0.1 -u "$tick" || true
+    done
+    for pg in "${alive[@]}"; do
+        echo "run-tests.sh: process group $pg still running after ${stop_grace_s} s: SIGKILL" >&2
+        kill -KILL -- "-$pg" 2>/dev/null || true
+    done
+    for i in "${!suite_logs[@]}"; do
+        echo "client suite ${suite_names[i]}: stopped; its log ${suite_logs[i]}"
+    done
+    rm -f "$summary" 2>/dev/null || true
+    exit "$code"
+}
+trap 'stop_run 2' INT
+trap 'stop_run 15' TERM
+trap 'stop_run 1' HUP
+set -m  # from here to `set +m`: each background job in a process group of its own
 if [ "${MINIBROKER_CLIENT_SUITES:-1}" != 0 ]; then
     for i in "${!suite_names[@]}"; do
         suite_logs[i]="${TMPDIR:-/tmp}/minibroker-suite-${suite_names[i]}-$$.log"
-        python3 "${suite_scripts[i]}" >"${suite_logs[i]}" 2>&1 &
+        python3 "${suite_scripts[i]}" </dev/null >"${suite_logs[i]}" 2>&1 &
         suite_pids[i]=$!
+        groups+=("$!")
         echo "client suite ${suite_names[i]}: running in the background, log ${suite_logs[i]}"
     done
 else
     echo "MINIBROKER_CLIENT_SUITES=0: the client suites (kafka-python, confluent-share) not run"
 fi
-# Interrupted (Ctrl-C reaches only pytest: background jobs of a script ignore SIGINT): stop the suites
-# too; each stops its broker and its pytest on SIGTERM.
-trap 'kill -TERM "${suite_pids[@]}" 2>/dev/null; exit 130' INT TERM
-status=0
-summary="${TMPDIR:-/tmp}/minibroker-pytest-summary-$$"
 # pytest's output passes through unchanged; its last non-empty line (the summary) is kept to close
-# the run with, after the suites' reports.
-python3 -m pytest "$@" | {
-    last=""
-    while IFS= read -r line || [ -n "$line" ]; do
-        printf '%s\n' "$line"
-        if [ -n "$line" ]; then last=$line; fi
-    done
-    printf '%s\n' "$last" >"$summary"
-} || status=$?  # pipefail: pytest's exit code
+# the run with, after the suites' reports. The reader ignores SIGINT and SIGTERM: stopped, pytest
+# still prints its interrupted summary through it, and it ends when pytest does. The job is a
+# subshell (its pid is the group's id) whose exit code is pytest's (pipefail; the reader exits 0).
+(
+    python3 -m pytest "$@" </dev/null | {
+        trap '' INT TERM HUP
+        last=""
+        while IFS= read -r line || [ -n "$line" ]; do
+            printf '%s\n' "$line"
+            if [ -n "$line" ]; then last=$line; fi
+        done
+        printf '%s\n' "$last" >"$summary"
+    }
+) &
+pytest_job=$!
+groups+=("$pytest_job")
+set +m
+status=0
+wait "$pytest_job" || status=$?  # pytest's exit code
 suites=0
 for i in "${!suite_pids[@]}"; do
     code=0

@@ -9,7 +9,13 @@ import shutil
 import pytest
 from suite_switches import report_lines
 
+from minibroker.testing import sigterm_as_keyboard_interrupt
+
 _names = itertools.count()
+
+
+def pytest_configure(config):
+    sigterm_as_keyboard_interrupt()  # SIGTERM stops a run as Ctrl-C does (docs/testing.md)
 
 
 def pytest_report_header(config):

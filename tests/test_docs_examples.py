@@ -369,6 +369,10 @@ def _loopback_up() -> None:
 
 
 def _drive(plan_path: str, out_path: str) -> int:
+    from minibroker.parent_watch import watch_parent_pid
+    from minibroker.testing import tied_to_this_process
+
+    watch_parent_pid()  # pytest gone (kill -9): this driver stops, and the brokers tied to it
     plan = json.loads(Path(plan_path).read_text())
     env = plan["env"]
     try:
@@ -381,8 +385,8 @@ def _drive(plan_path: str, out_path: str) -> int:
         t0 = time.monotonic()
         if step["kind"] == "serve":
             proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", step["text"]], cwd=step["cwd"],
-                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True, **tied_to_this_process(env))
             lines: list[str] = []
             ready = threading.Event()
 

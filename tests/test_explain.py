@@ -27,6 +27,7 @@ from suite_switches import is_ci
 from minibroker.cli import main
 from minibroker.records import legacy, v2
 from minibroker.records.codecs import Compression
+from minibroker.testing import tied_to_this_process
 
 CHROMIUM = "/usr/bin/chromium"
 BATCH_ROWS = "els => els.map(e => [+e.dataset.position, +e.dataset.baseOffset, +e.dataset.lastOffset])"
@@ -412,7 +413,8 @@ def test_append_trace_from_a_real_broker_debug_log(log_format, tab, tmp_path):
         proc = subprocess.Popen(
             [sys.executable, "-m", "minibroker", "serve", "--log-level", "DEBUG", "--log-format", log_format,
              "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={data_dir}",
-             "--override", "metrics.port=0"], stdout=subprocess.DEVNULL, stderr=err, env=env)
+             "--override", "metrics.port=0"], stdout=subprocess.DEVNULL, stderr=err,
+            **tied_to_this_process(env))
     try:
         port = int(_wait_for(log_path, r"listening on PLAINTEXT://127\.0\.0\.1:(\d+)", proc).group(1))
         from minibroker.tools.topics import TopicAdmin

@@ -18,6 +18,7 @@ import pytest
 
 from minibroker.cli import main
 from minibroker.server.metrics import StartupProgress
+from minibroker.testing import tied_to_this_process
 
 
 class CliResult:
@@ -257,7 +258,7 @@ def test_serve_json_logging_and_debug_request_log(tmp_path):
         [sys.executable, "-m", "minibroker", "serve", "--log-format", "json", "--log-level", "DEBUG",
          "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path}",
          "--override", "metrics.port=0"],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, **tied_to_this_process(env))
     lines: list[str] = []
     try:
         port = None
