@@ -56,6 +56,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# Bytecode caches make each of pytest's parallel workers and each broker subprocess start fast: without
+# them every process compiles the package again and pytest rewrites the asserts of every test module
+# (8 s of CPU a process here). Some environments set PYTHONDONTWRITEBYTECODE; this run writes the
+# caches (__pycache__/ is git-ignored).
+unset PYTHONDONTWRITEBYTECODE
 extras="test,spark"
 if [ "$spark" = 0 ]; then extras="test"; fi
 python3 -m pip install -q --disable-pip-version-check -e ".[$extras]"

@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from ports import unassigned_port
 
 ROOT = Path(__file__).resolve().parents[1]
 UNUSABLE_DIR = "/proc/minibroker-no-such/data"  # cannot be created, not even by root
@@ -40,15 +41,9 @@ def text(result: subprocess.CompletedProcess) -> str:
     return err.decode() if isinstance(err, bytes) else err
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve_args(data_dir: str, *overrides: str) -> list[str]:
     args = ["serve", "--override", f"log.dirs={data_dir}",
-            "--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"]
+            "--override", "listeners=PLAINTEXT://127.0.0.1:0"]
     for o in overrides:
         args += ["--override", o]
     return args
@@ -202,7 +197,7 @@ def test_port_in_use_names_the_setting_and_where_it_was_set(tmp_path, which, how
         args = ["serve", "--override", f"log.dirs={tmp_path / 'data'}"]
         env = cli_env()
         if which == "metrics.port":
-            args += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"]
+            args += ["--override", "listeners=PLAINTEXT://127.0.0.1:0"]
         if how == "override":
             args += ["--override", f"{which}={value}"]
             where = "--override"
@@ -252,7 +247,7 @@ def test_unusable_data_dir_names_log_dirs_and_the_path(tmp_path, case):
 
 def test_unusable_log_dir_from_the_environment_names_log_dir():
     env = cli_env(KAFKA_LOG_DIR=UNUSABLE_DIR)
-    r = minibroker_cli("serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}", env=env)
+    r = minibroker_cli("serve", "--override", "listeners=PLAINTEXT://127.0.0.1:0", env=env)
     err = text(r)
     assert r.returncode == 1, err
     assert "Traceback" not in err
@@ -291,7 +286,9 @@ def _script(*args: str, env=None, timeout: float = 600) -> subprocess.CompletedP
                           env=env, cwd=ROOT)
 
 
+@pytest.mark.slow
 @pytest.mark.container
+@pytest.mark.xdist_group("container")  # beside tests/test_container.py: one podman set-up at a time
 def test_container_run_stop_cycles_leave_no_volume(tmp_path):
     """run/stop with an image that declares ``VOLUME /var/lib/minibroker`` as the real one does (a
     small image on the cached base, so the cycle does not rebuild minibroker's image)."""
@@ -325,7 +322,7 @@ def test_container_run_stop_cycles_leave_no_volume(tmp_path):
         probe_env = dict(env, MINIBROKER_IMAGE=image)
         for cycle in ("run-stop", "run-stop", "run-run-stop"):  # a second run replaces the container
             for _ in range(cycle.count("run")):
-                run = _script("run", name, str(free_port()), env=probe_env, timeout=120)
+                run = _script("run", name, str(unassigned_port()), env=probe_env, timeout=120)
                 assert run.returncode == 0, run.stderr[-3000:]
                 mounts = podman("inspect", "-f", "{{range .Mounts}}{{.Name}} {{end}}", name).stdout.split()
                 assert mounts, "the probe image's VOLUME gave the container no volume"

@@ -13,24 +13,29 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from ports import unassigned_port
 from suite_switches import skip_reason
 
 if skip_reason("MINIBROKER_SKIP_CONTAINER"):
     pytest.skip(skip_reason("MINIBROKER_SKIP_CONTAINER"), allow_module_level=True)
 
-pytestmark = pytest.mark.container
+# one worker installs podman and builds the images (the module's podman_env) once; the container test
+# of test_cli_rough_edges.py joins the group
+pytestmark = [pytest.mark.container, pytest.mark.xdist_group("container")]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "container.sh"
 IMAGE = "minibroker:latest"
-STOP_LIMIT_S = 2.0  # the goal is < 1 s; podman's own stop overhead (~0.3 s here) plus CI noise on top
+STOP_TIMEOUT_S = 10  # podman stop -t: SIGTERM, then SIGKILL (exit 137) after this many seconds
+# SIGTERM handled: the broker exits 0 well before podman's SIGKILL. How long a stop takes (the goal is
+# < 1 s of broker time) is a figure, reported in FIGURES, not a bound a loaded machine can trip.
+STOP_LIMIT_S = STOP_TIMEOUT_S / 2
 SKIP_EXIT = 77  # container.sh setup: podman cannot be installed here
 
 FIGURES: dict[str, float] = {}
@@ -68,12 +73,6 @@ def podman(env: dict[str, str], *args: str, check: bool = True, timeout: float =
     if check and r.returncode != 0:
         raise AssertionError(f"podman {' '.join(args)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
     return r
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(env: dict[str, str], name: str, timeout: float = 60) -> float:
@@ -135,7 +134,7 @@ def consume(bootstrap: str, topic: str, count: int, timeout: float = 30) -> list
 
 def stop(env: dict[str, str], name: str) -> float:
     t0 = time.monotonic()
-    podman(env, "stop", "-t", "10", name)
+    podman(env, "stop", "-t", str(STOP_TIMEOUT_S), name)
     return time.monotonic() - t0
 
 
@@ -186,7 +185,7 @@ def test_image_metadata(podman_env):
 def test_image_serves_through_published_port_and_stops_fast(podman_env, capsys):
     env = podman_env
     name = f"minibroker-test-{os.getpid()}"
-    port = free_port()
+    port = unassigned_port()
     bootstrap = f"127.0.0.1:{port}"
     topic = f"container-{uuid.uuid4().hex[:8]}"
     podman(env, "rm", "-f", "-t", "0", name, check=False)

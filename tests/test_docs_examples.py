@@ -58,6 +58,8 @@ SHELL_LANGS = ("sh", "bash", "shell")
 READY_RE = re.compile(r"minibroker ready: .* listening on")
 STEP_TIMEOUT_S = 300
 
+pytestmark = pytest.mark.xdist_group("docs-examples")  # one worker builds the fresh project (docs_run)
+
 
 @dataclass(frozen=True)
 class Block:

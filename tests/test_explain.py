@@ -30,6 +30,9 @@ from minibroker.records.codecs import Compression
 from minibroker.testing import tied_to_this_process
 
 CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = pytest.mark.xdist_group("explain-browser")  # one worker, one Chromium (the browser fixture)
+
 BATCH_ROWS = "els => els.map(e => [+e.dataset.position, +e.dataset.baseOffset, +e.dataset.lastOffset])"
 POSITIONS = "els => els.map(e => +e.dataset.position)"
 SLOTS = "els => els.map(e => +e.dataset.slot)"
@@ -133,7 +136,7 @@ def _browser_missing() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser():  # the module's tests share one worker (its xdist_group), so one Chromium
     reason = _browser_missing()
     if reason is not None:
         if is_ci():

@@ -37,12 +37,6 @@ def serve(data_dir: str, *overrides: str, timeout: float = 30) -> subprocess.Com
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def broker_with_data(tmp_path):
     """A process-mode broker holding a topic with records."""
@@ -58,7 +52,7 @@ def broker_with_data(tmp_path):
 def test_second_broker_on_the_same_dir_exits_with_the_lock_message(broker_with_data):
     data_dir = broker_with_data.data_dir
     before = dir_state(data_dir)
-    result = serve(data_dir, f"listeners=PLAINTEXT://127.0.0.1:{free_port()}")
+    result = serve(data_dir, "listeners=PLAINTEXT://127.0.0.1:0")
     assert result.returncode != 0
     assert f"{LOCK_MESSAGE} {os.path.abspath(data_dir)}" in result.stderr
     assert f"held by pid {broker_with_data.process.pid}" in result.stderr
@@ -108,7 +102,7 @@ def test_bind_failure_names_the_listener_and_writes_nothing(tmp_path, which):
             result = serve(data_dir, f"listeners=PLAINTEXT://127.0.0.1:{port}")
             expected = f"cannot bind listener PLAINTEXT://127.0.0.1:{port}"
         else:
-            result = serve(data_dir, f"listeners=PLAINTEXT://127.0.0.1:{free_port()}", f"metrics.port={port}")
+            result = serve(data_dir, "listeners=PLAINTEXT://127.0.0.1:0", f"metrics.port={port}")
             expected = f"cannot bind metrics.port 127.0.0.1:{port}"
     assert result.returncode == 1
     assert expected in result.stderr and "Address already in use" in result.stderr

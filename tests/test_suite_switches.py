@@ -45,8 +45,10 @@ def test_switches_skip_locally_and_never_under_ci():
 def _pytest(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("CI", "MINIBROKER_SKIP_CONTAINER",
                                                               "MINIBROKER_SKIP_SPARK", "PYTEST_ADDOPTS")}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=ROOT,
-                          env={**base, "COLUMNS": "400", **env}, capture_output=True, text=True, timeout=120)
+    # -n 0: the run's report lines are the point here, not pyproject's parallel workers
+    return subprocess.run([sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", *args],
+                          cwd=ROOT, env={**base, "COLUMNS": "400", **env}, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_local_run_skips_container_and_spark_suites_with_the_reason():

@@ -42,6 +42,8 @@ from minibroker.records.codecs import StreamCompressor, decompress, iter_decompr
 
 NOW = 1_700_000_000_000
 
+pytestmark = pytest.mark.xdist_group("bombs")  # one worker builds the module's bombs (200 MiB each)
+
 
 DEFAULT = AppendConfig()
 
@@ -293,6 +295,7 @@ def test_legacy_wrapper_bomb_messages_are_bounded_too(codec):
 # ---------------------------------------------------------------------------------------------- legitimate
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", CODECS)
 def test_a_legitimate_8_mib_batch_validates_for_each_codec(codec):
     rows = [(i, NOW + i, b"key-%d" % i, os.urandom(50).hex().encode(), ()) for i in range(8 * MiB // 120)]
