@@ -283,6 +283,7 @@ def test_overwrites_leave_one_record_per_key_at_its_offset_for_every_client(
 # -- tombstones ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tombstones_are_read_until_delete_retention_ms_then_the_key_is_gone(
     minibroker_factory, topic_name, kcat
 ):
@@ -332,6 +333,7 @@ def test_tombstones_are_read_until_delete_retention_ms_then_the_key_is_gone(
 # -- the header-only batches a clean leaves -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_header_only_batches_left_by_a_clean_are_read_past_by_every_client(
     minibroker_factory, topic_name, kcat
 ):
@@ -690,6 +692,7 @@ def _commit(runner, group, topic, offsets) -> None:
         consumer.close()
 
 
+@pytest.mark.slow
 def test_consumer_offsets_is_compacted_and_group_tombstones_are_written(minibroker_factory, topic_name):
     runner = minibroker_factory(INTERNAL)
     runner.create_topic(topic_name)

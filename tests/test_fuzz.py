@@ -92,6 +92,7 @@ def fuzz_env():
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 @given(data=st.data())
+@pytest.mark.slow
 def test_mutated_requests(fuzz_env, data):
     exchange = make_exchange(HypothesisChooser(data), fuzz_env.seeds, fuzz_env.cfg)
     outcome = fuzz_env.client.run(exchange.chunks)

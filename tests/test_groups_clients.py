@@ -80,6 +80,7 @@ class PythonMember(threading.Thread):
         assert self.error is None, self.error
 
 
+@pytest.mark.slow
 def test_kafka_python_three_members_rebalance_and_resume_after_restart(broker):
     from kafka import KafkaAdminClient
 
@@ -274,6 +275,7 @@ def _committed(broker, group: str, topic: str, partitions: int) -> dict[int, int
     return {p.partition_index: p.committed_offset for t in r.groups[0].topics for p in t.partitions}
 
 
+@pytest.mark.slow
 def test_static_members_survive_broker_restart_and_member_restart(broker):
     broker.create_topic("st", 4)
     members = [PythonMember(broker, "gs", "st", group_instance_id=f"inst-{i}") for i in range(2)]

@@ -122,6 +122,7 @@ def test_the_checker_catches_what_it_should():
     assert not check_source('log.debug(f"{x} %s", y)')  # not a literal: not checked
 
 
+@pytest.mark.slow
 def test_log_format_strings_match_their_arguments():
     problems, calls = [], 0
     for path in sorted(PACKAGE.rglob("*.py")):

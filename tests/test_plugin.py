@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 USER_TEST = textwrap.dedent("""
     from kafka import KafkaConsumer, KafkaProducer
 
@@ -35,6 +37,7 @@ def run_pytest(tmp_path, source: str, *args: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow
 def test_a_new_users_test_file_passes_with_nothing_else(tmp_path):
     result = run_pytest(tmp_path, USER_TEST)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -276,6 +276,7 @@ def _kafka_python_produce(broker, topic: str, client_id: str):
     return len(acked) * 1000, max(acked) - start, metrics
 
 
+@pytest.mark.slow
 def test_kafka_python_producer_is_throttled_to_its_client_id_quota(rate_broker, quotas, topic_name):
     rate_broker.create_topic(topic_name)
     assert quotas.alter(_entity(client_id="slow-producer"), {"producer_byte_rate": QUOTA}) == (0, None)
@@ -296,6 +297,7 @@ def test_kafka_python_producer_is_throttled_to_its_client_id_quota(rate_broker, 
     assert rate_broker.broker.client_quotas.produce.throttled == throttled
 
 
+@pytest.mark.slow
 def test_confluent_producer_is_throttled_by_the_default_user_quota(rate_broker, quotas, topic_name):
     """PLAINTEXT clients are User:ANONYMOUS, which the <default> user quota covers (as in Kafka)."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -325,6 +327,7 @@ def test_confluent_producer_is_throttled_by_the_default_user_quota(rate_broker, 
     assert rate_broker.broker.client_quotas.produce.resolve("ANONYMOUS", "rdkafka")[1] == QUOTA
 
 
+@pytest.mark.slow
 def test_kafka_python_consumer_is_throttled(rate_broker, quotas, topic_name):
     rate_broker.create_topic(topic_name)
     _fill(rate_broker, topic_name)
@@ -346,6 +349,7 @@ def test_kafka_python_consumer_is_throttled(rate_broker, quotas, topic_name):
     assert rate_broker.broker.client_quotas.fetch.throttled > 0
 
 
+@pytest.mark.slow
 def test_confluent_consumer_is_throttled(rate_broker, quotas, topic_name):
     confluent_kafka = pytest.importorskip("confluent_kafka")
     rate_broker.create_topic(topic_name)

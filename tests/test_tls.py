@@ -308,6 +308,7 @@ def test_mtls_refuses_a_client_without_certificate_at_the_handshake(broker, cert
             assert len(_api_versions_over(tls)) == 4
 
 
+@pytest.mark.slow
 def test_clients_without_certificate_fail_within_their_timeout(broker, certs, kcat):
     """Each client reports the refusal as an error within its own timeout, never hangs."""
     from confluent_kafka import KafkaException

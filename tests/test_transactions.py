@@ -914,6 +914,7 @@ def _open_transaction(bootstrap: str, topic: str, tid: str):
 
 
 @pytest.mark.parametrize("how", ["clean", "kill"])
+@pytest.mark.slow
 def test_restart_in_the_middle_of_a_transaction(minibroker_factory, topic_name, how):
     from kafka import KafkaProducer
 

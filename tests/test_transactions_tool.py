@@ -179,6 +179,7 @@ def test_errors_are_named_and_usage_errors_exit_2(minibroker, topic_name):
 # -- find-hanging and abort ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_find_hanging_then_abort_by_start_offset_unblocks_read_committed(minibroker, topic_name):
     minibroker.create_topic(topic_name, partitions=2)
     tid, pid, epoch, start = _hung_transaction(minibroker, topic_name, partition=0)

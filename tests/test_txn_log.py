@@ -353,6 +353,7 @@ def test_kafka_python_read_committed_sees_committed_records_only(broker):
     assert seen == [b"p0", b"a-commit-1", b"a-commit-2", b"b-abort", b"p6", b"c-open", b"p8"]
 
 
+@pytest.mark.slow
 def test_confluent_kafka_read_committed_sees_committed_records_only(broker):
     confluent_kafka = pytest.importorskip("confluent_kafka")
 

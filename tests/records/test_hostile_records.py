@@ -331,6 +331,7 @@ def section_of(rows) -> tuple[bytes, int]:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=rows_strategy)
+@pytest.mark.slow
 def test_walk_of_a_valid_section_is_exact(rows):
     section, count = section_of(rows)
     got = v2.walk_records(memoryview(section), 0, len(section), count)
@@ -352,6 +353,7 @@ def test_walk_of_a_valid_section_is_exact(rows):
     cut=st.one_of(st.none(), st.integers(0, 10**6)),
     count_change=st.sampled_from([0, 0, 0, -1, 1]),
 )
+@pytest.mark.slow
 def test_walk_of_a_mutated_section_agrees_with_the_exact_reader(rows, edits, cut, count_change):
     section, count = section_of(rows)
     data = bytearray(section)
