@@ -60,7 +60,9 @@ def _assigned(c: Consumer) -> set[tuple[str, int]]:
     return {(tp.topic, tp.partition) for tp in c.assignment()}
 
 
-def _poll_until(consumers, condition, timeout=20.0, seen=None):
+def _poll_until(consumers, condition, what: str, timeout=20.0, seen=None, last=None):
+    """Poll the consumers until ``condition()`` holds; on timeout, say what they (and ``last()``, if
+    given) last had."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for c in consumers:
@@ -69,7 +71,11 @@ def _poll_until(consumers, condition, timeout=20.0, seen=None):
                 seen.append((m.topic(), m.partition(), m.offset()))
         if condition():
             return
-    raise AssertionError(f"condition not met; assignments {[sorted(_assigned(c)) for c in consumers]}")
+    raise AssertionError(
+        f"timed out after {timeout:.0f} s waiting for {what}: assignments "
+        f"{[sorted(_assigned(c)) for c in consumers]}"
+        + (f", {len(seen)} records consumed" if seen is not None else "")
+        + (f", {last()}" if last is not None else ""))
 
 
 def _produce(runner, topic: str, partitions: int, per_partition: int) -> None:
@@ -96,22 +102,25 @@ def test_members_split_rebalance_incrementally_and_leave(broker, capsys):
     seen: list = []
     try:
         _poll_until([a, b], lambda: len(_assigned(a)) == 2 and len(_assigned(b)) == 2 and len(seen) >= 20,
-                    seen=seen)
+                    "a and b to split the partitions and consume the 20 records", seen=seen)
         assert _assigned(a) | _assigned(b) == {(topic, p) for p in range(4)}
         before_a, before_b = _assigned(a), _assigned(b)
         c = _consumer(broker, group, [topic])
         # each old member keeps what it is not asked to give up: at most one partition moves per member
         _poll_until([a, b, c], lambda: _assigned(c) and len(_assigned(a) | _assigned(b) | _assigned(c)) == 4
-                    and not (_assigned(a) & _assigned(c)) and not (_assigned(b) & _assigned(c)))
+                    and not (_assigned(a) & _assigned(c)) and not (_assigned(b) & _assigned(c)),
+                    "c to get partitions the others gave up")
         assert len(_assigned(a) & before_a) >= 1 and len(_assigned(b) & before_b) >= 1
         assert _assigned(a) <= before_a and _assigned(b) <= before_b
         # the old members keep consuming their unchanged partitions
         _produce(broker, topic, 4, 1)
         seen.clear()
         kept = (_assigned(a) & before_a) | (_assigned(b) & before_b)
-        _poll_until([a, b, c], lambda: kept <= {(t, p) for t, p, _ in seen}, seen=seen)
+        _poll_until([a, b, c], lambda: kept <= {(t, p) for t, p, _ in seen},
+                    f"records of the kept partitions {sorted(kept)}", seen=seen,
+                    last=lambda: f"from partitions {sorted({(t, p) for t, p, _ in seen})}")
         c.close()  # leaves with epoch -1: its partitions go back to the others
-        _poll_until([a, b], lambda: len(_assigned(a) | _assigned(b)) == 4)
+        _poll_until([a, b], lambda: len(_assigned(a) | _assigned(b)) == 4, "a and b to take c's partitions")
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
         described = []
 
@@ -121,7 +130,14 @@ def test_members_split_rebalance_incrementally_and_leave(broker, capsys):
             described[:] = [admin.describe_consumer_groups([group])[group].result(timeout=10)]
             return described[0].state.name == "STABLE"
 
-        _poll_until([a, b], stable)
+        def last_described() -> str:
+            if not described:
+                return "never described"
+            members = [(m.member_id, sorted(tp.partition for tp in m.assignment.topic_partitions))
+                       for m in described[0].members]
+            return f"last described {described[0].state.name} with members {members}"
+
+        _poll_until([a, b], stable, "the group to be Stable", last=last_described)
         desc = described[0]
         assert desc.type.name == "CONSUMER"
         assert len(desc.members) == 2
@@ -148,10 +164,10 @@ def test_regex_subscription_picks_up_new_topic(broker):
     broker.create_topic(f"{prefix}-a", 1)
     c = _consumer(broker, f"g-{prefix}", [f"^{prefix}-.*"])
     try:
-        _poll_until([c], lambda: _assigned(c) == {(f"{prefix}-a", 0)})
+        _poll_until([c], lambda: _assigned(c) == {(f"{prefix}-a", 0)}, "the regex's first topic")
         broker.create_topic(f"{prefix}-b", 2)
         _poll_until([c], lambda: _assigned(c) == {(f"{prefix}-a", 0), (f"{prefix}-b", 0), (f"{prefix}-b", 1)},
-                    timeout=30)
+                    "the new topic the regex matches", timeout=30)
     finally:
         c.close()
 
@@ -164,7 +180,7 @@ def test_committed_offsets_survive_restart(tmp_path):
         _produce(runner, topic, 2, 3)
         c = _consumer(runner, group, [topic], **{"enable.auto.commit": False})
         seen: list = []
-        _poll_until([c], lambda: len(seen) >= 6, seen=seen)
+        _poll_until([c], lambda: len(seen) >= 6, "the 6 records", seen=seen)
         c.commit(asynchronous=False)
         committed = {(tp.partition, tp.offset) for tp in c.committed(list(c.assignment()), timeout=10)}
         assert committed == {(0, 3), (1, 3)}
@@ -183,7 +199,7 @@ def test_committed_offsets_survive_restart(tmp_path):
         assert desc.type.name == "CONSUMER"
         c = _consumer(runner, group, [topic])
         try:
-            _poll_until([c], lambda: len(_assigned(c)) == 2)
+            _poll_until([c], lambda: len(_assigned(c)) == 2, "both partitions after the restart")
             got = c.committed(list(c.assignment()), timeout=10)
             assert {(tp.partition, tp.offset) for tp in got} == {(0, 3), (1, 3)}
         finally:

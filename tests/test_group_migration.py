@@ -53,10 +53,12 @@ class Seen:
 
 
 class Polled:
-    """A consumer polled in its own thread, as applications do (kafka-python drops a JoinGroup answer
-    that arrives between two short polls of a thread that also drives other consumers)."""
+    """A consumer polled in its own thread, as applications do."""
 
     owned: frozenset[int] = frozenset()
+    runner: BrokerRunner
+    group: str
+    seen: Seen
 
     def assigned(self) -> frozenset[int]:
         return self.owned
@@ -88,14 +90,27 @@ class Polled:
 class Classic(Polled):
     """A kafka-python consumer (classic protocol). Auto-commit (with a long interval) is on only for
     kafka-python's synchronous commit before it gives partitions up in a rebalance: a synchronous
-    rebalance listener may not block in kafka-python 3."""
+    rebalance listener may not block in kafka-python 3.
+
+    The consumer has the topic's metadata before it first joins. kafka-python (3.0.12) otherwise hangs
+    for good now and then: a first member joins before its metadata names the topic, so as the group's
+    leader it assigns nothing; the metadata then arrives and the leader rejoins by itself (its assignment
+    snapshot differs from the metadata). If that JoinGroup/SyncGroup round outlasts the poll that started
+    it (100 ms, easily spent on a loaded machine), the next poll finds nothing to rejoin for (the leader's
+    assignment already took the new snapshot) and never collects the finished round: no partitions, no
+    heartbeat, removed at its session timeout and never back (1 run in 10 with a CPU-bound process on
+    one core; kafka-python's log: "coordinator.poll: timeout in ensure_active_group", the SyncGroup
+    answer received, then no "Setting newly assigned partitions" and no heartbeat)."""
 
     def __init__(self, runner, group: str, topic: str, seen: Seen, name: str):
-        self.name, self.seen = name, seen
+        self.name, self.seen, self.runner, self.group = name, seen, runner, group
         self.consumer = KafkaConsumer(
             topic, bootstrap_servers=runner.bootstrap_servers, group_id=group, enable_auto_commit=True,
             auto_commit_interval_ms=600000, auto_offset_reset="earliest", heartbeat_interval_ms=300,
             session_timeout_ms=6000, max_poll_records=20, client_id=name)
+        # a blocking metadata request for every topic, answered (and the coordinator's snapshot taken, by a
+        # listener of the same update, on kafka-python's I/O thread) before the first poll sends JoinGroup
+        assert topic in self.consumer.topics()
         self.start()
 
     def poll(self) -> None:
@@ -113,8 +128,10 @@ class Classic(Polled):
             try:
                 self.consumer.commit()
                 break
-            except (RebalanceInProgressError, CommitFailedError):
-                assert time.monotonic() < deadline, f"{self.name} could not commit before closing"
+            except (RebalanceInProgressError, CommitFailedError) as e:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{self.name} could not commit in 20 s before closing, last: {e!r}; "
+                                         f"{_group_view(self.runner, self.group)}") from e
                 self.poll()
         self.consumer.close()
 
@@ -123,7 +140,7 @@ class Modern(Polled):
     """A confluent-kafka consumer with group.protocol=consumer, committing synchronously on revoke."""
 
     def __init__(self, runner, group: str, topic: str, seen: Seen, name: str):
-        self.name, self.seen = name, seen
+        self.name, self.seen, self.runner, self.group = name, seen, runner, group
         self.consumer = Consumer({"bootstrap.servers": runner.bootstrap_servers, "group.id": group,
                                   "group.protocol": "consumer", "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", "client.id": name})
@@ -135,11 +152,25 @@ class Modern(Polled):
         self.start()
 
     def _commit(self) -> None:
-        try:
-            self.consumer.commit(asynchronous=False)
-        except confluent_kafka.KafkaException as e:
-            if e.args[0].code() != confluent_kafka.KafkaError._NO_OFFSET:
-                raise
+        """A commit that races the heartbeat moving this member to a new epoch (another member joined or
+        left; this one keeps its partitions) is refused with STALE_MEMBER_EPOCH, as Kafka refuses it:
+        librdkafka hands that error to a manual commit (the Java consumer retries it itself) and sends a
+        heartbeat at once, whose answer gives the new epoch. Commit again until then."""
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.consumer.commit(asynchronous=False)
+                return
+            except confluent_kafka.KafkaException as e:
+                code = e.args[0].code()
+                if code == confluent_kafka.KafkaError._NO_OFFSET:
+                    return
+                if code != confluent_kafka.KafkaError.STALE_MEMBER_EPOCH:
+                    raise
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{self.name}: commits refused for 20 s, last: {e}; "
+                                         f"{_group_view(self.runner, self.group)}") from e
+                time.sleep(0.05)
 
     def poll(self) -> None:
         for msg in self.consumer.consume(num_messages=20, timeout=0.1):
@@ -163,7 +194,8 @@ def _produce(runner, topic: str, count: int, start: int) -> None:
 
 
 def _drive(members, until, what: str, timeout: float = 45.0) -> None:
-    """Wait until ``until()`` holds while every member polls in its thread."""
+    """Wait until ``until()`` holds while every member polls in its thread; on timeout, say what the
+    members and the broker last had."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for m in members:
@@ -171,8 +203,42 @@ def _drive(members, until, what: str, timeout: float = 45.0) -> None:
         if until():
             return
         time.sleep(0.05)  # the members' threads poll; this only re-checks the condition
-    raise AssertionError(f"timed out waiting for {what}: " + ", ".join(
-        f"{m.name}={sorted(m.assigned())}" for m in members))
+    m = members[0]
+    raise AssertionError(
+        f"timed out after {timeout:.0f} s waiting for {what}: "
+        + ", ".join(f"{m.name}={sorted(m.assigned())}" for m in members)
+        + f"; {len(m.seen.records)} records consumed; {_group_view(m.runner, m.group)}")
+
+
+def _group_view(runner, group: str) -> str:
+    """The broker's view of a group, for failure messages: type, state and each member's partitions."""
+    def parts(assignment) -> list[int]:
+        return [p for t in assignment.topic_partitions for p in t.partitions]
+
+    try:
+        with WireClient(runner.host, runner.port, timeout=10) as wire:
+            listed = wire.request(16, 5, Struct(states_filter=[], types_filter=[])).groups
+            g = next((g for g in listed if g.group_id == group), None)
+            if g is None:
+                return f"broker: no group {group}"
+            if g.group_type == "consumer":
+                d = wire.request(69, 1, Struct(group_ids=[group], include_authorized_operations=False))
+                d = d.groups[0]
+                epochs = f"group epoch {d.group_epoch}, assignment epoch {d.assignment_epoch}"
+                members = [f"{m.client_id}{' (classic)' if m.member_type == 0 else ''} at epoch "
+                           f"{m.member_epoch} owns {parts(m.assignment)}, target {parts(m.target_assignment)}"
+                           for m in d.members]
+            else:
+                d = wire.request(15, 5, Struct(groups=[group], include_authorized_operations=False))
+                d = d.groups[0]
+                epochs = f"protocol {d.protocol_data}"
+                members = [f"{m.client_id} owns "
+                           f"{decode_assignment(m.member_assignment) if m.member_assignment else {}}"
+                           for m in d.members]
+        members_text = "; ".join(members) or "none"
+        return f"broker: {g.group_type} group {g.group_state}, {epochs}, members: {members_text}"
+    except Exception as e:  # a failure message must not hide the failure
+        return f"broker: no view of the group ({e!r})"
 
 
 def _split(members) -> bool:
