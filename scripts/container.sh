@@ -267,7 +267,19 @@ cmd_compose_example() {
     local cid
     cid="$(podman ps -q --filter "label=io.podman.compose.project=$project" \
         --filter "label=com.docker.compose.service=minibroker" | head -1)"
-    [ -n "$cid" ] || die "no minibroker container in project $project"
+    if [ -z "$cid" ]; then  # it exited at once: say how, with its log, instead of only that it is gone
+        log "no running minibroker container in project $project; its containers:"
+        podman ps -a --filter "label=io.podman.compose.project=$project" \
+            --format '{{.ID}} {{.Names}} {{.Status}}' >&2 || true
+        cid="$(podman ps -aq --filter "label=io.podman.compose.project=$project" \
+            --filter "label=com.docker.compose.service=minibroker" | head -1)"
+        if [ -n "$cid" ]; then
+            podman inspect -f 'exit code {{.State.ExitCode}}, error {{.State.Error}}' "$cid" >&2 || true
+            podman logs --tail 60 "$cid" >&2 || true
+        fi
+        (cd "$ROOT" && "${pc[@]}" down -v -t 5 >/dev/null 2>&1) || true
+        die "no minibroker container running in project $project"
+    fi
     cmd_wait_healthy "$cid" 60 || rc=$?
     if [ $rc = 0 ]; then
         (cd "$ROOT" && denoise "${pc[@]}" run --rm --no-deps -T app) || rc=$?
