@@ -31,9 +31,9 @@ import threading
 import time
 from typing import NamedTuple
 
+from minibroker.config.message_format import DEFAULT_MESSAGE_FORMAT_VERSION, magic_for_version
 from minibroker.coordinator.producer_state import CompletedTxn, ProducerStateTable, snapshot_files
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.message_format import DEFAULT_MESSAGE_FORMAT_VERSION, magic_for_version
 
 log = logging.getLogger("minibroker.replica")
 append_log = logging.getLogger("minibroker.append")

@@ -17,7 +17,7 @@ import zlib
 
 import pytest
 
-from minibroker.message_format import MessageFormatVersion, magic_for_version
+from minibroker.config.message_format import MessageFormatVersion, magic_for_version
 
 # -- reading the classic message format by hand --------------------------------------------------
 

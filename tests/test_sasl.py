@@ -25,10 +25,10 @@ import pytest
 
 from minibroker.cli import main as cli_main
 from minibroker.config import ConfigError, load_config
+from minibroker.config.jaas import parse_jaas_config
 from minibroker.security.principal import KafkaPrincipal
 from minibroker.security.sasl.authenticator import FailedAuthenticationLog
 from minibroker.security.sasl.errors import SaslAuthenticationError, SaslCredentialsError
-from minibroker.security.sasl.jaas import parse_jaas_config
 from minibroker.security.sasl.oauthbearer import (
     OAuthBearerServer,
     TokenValidationError,

@@ -82,7 +82,7 @@ class Broker:
 
         load_handlers()
         if self.config.source_of("log.message.format.version") != "default":
-            from minibroker.message_format import deprecation_warning
+            from minibroker.config.message_format import deprecation_warning
 
             log.warning("%s", deprecation_warning("log.message.format.version",
                                                   self.config["log.message.format.version"]))

@@ -991,7 +991,7 @@ class LogManager:
 def _warn_deprecated_format(topic: str, overrides: Mapping[str, str]) -> None:
     value = overrides.get("message.format.version")
     if value is not None:
-        from minibroker.message_format import deprecation_warning
+        from minibroker.config.message_format import deprecation_warning
 
         log.warning("%s", deprecation_warning("message.format.version", value, topic))
 

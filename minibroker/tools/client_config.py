@@ -211,7 +211,7 @@ def client_security_from_properties(props: dict[str, str], source: str = "client
         values["mechanism"] = mechanism
         if "sasl.jaas.config" not in props:
             fail(f"sasl.jaas.config is not set: {_jaas_example(mechanism)}")
-        from minibroker.security.sasl.jaas import parse_jaas_config
+        from minibroker.config.jaas import parse_jaas_config
 
         try:
             options = parse_jaas_config(props["sasl.jaas.config"])[0].options

@@ -2,8 +2,9 @@
 
 - ``authenticator``: the per-connection state machine KafkaConnection asks (SaslAuthenticator), and the
   broker-wide SaslListeners that builds it; failed-authentication logging.
-- ``settings``: each listener's mechanisms and their configuration, checked at start-up.
-- ``plain``, ``scram``, ``oauthbearer``: the mechanisms' server sides; ``jaas``: JAAS config text.
+- each listener's mechanisms and their configuration are read and checked by minibroker/config/sasl.py.
+- ``plain``, ``scram``, ``oauthbearer``: the mechanisms' server sides (JAAS config text:
+  minibroker/config/jaas.py).
 SCRAM credentials live in minibroker/security/scram_credentials.py.
 """
 

@@ -31,15 +31,15 @@ import logging
 import struct
 import time
 
+from minibroker.config.sasl import OAUTHBEARER, PLAIN, SaslListenerSettings, sasl_listener_settings
 from minibroker.errors import ErrorCode
 from minibroker.protocol.codec import API_NAMES
 from minibroker.security.principal import user
 from minibroker.security.sasl.errors import SaslAuthenticationError, SaslCredentialsError, SaslFailure
-from minibroker.security.sasl.oauthbearer import OAuthBearerServer
+from minibroker.security.sasl.oauthbearer import OAuthBearerServer, listener_validator
 from minibroker.security.sasl.plain import PlainServer
 from minibroker.security.sasl.scram import MECHANISMS as SCRAM_MECHANISMS
 from minibroker.security.sasl.scram import ScramServer
-from minibroker.security.sasl.settings import OAUTHBEARER, PLAIN, SaslListenerSettings, sasl_listener_settings
 
 log = logging.getLogger("minibroker.security.sasl")
 
@@ -94,6 +94,8 @@ class SaslListeners:
 
     def __init__(self, config, credentials):
         self.settings = sasl_listener_settings(config)
+        self.oauth_validators = {name: listener_validator(s) for name, s in self.settings.items()
+                                 if OAUTHBEARER in s.mechanisms}
         self.credentials = credentials  # ScramCredentialStore
         self.failure_log = FailedAuthenticationLog()
         self.failed_delay = config["connection.failed.authentication.delay.ms"] / 1000
@@ -218,7 +220,7 @@ class SaslAuthenticator:
         if mechanism == PLAIN:
             return PlainServer(self.settings.plain_users)
         if mechanism == OAUTHBEARER:
-            return OAuthBearerServer(self.settings.oauth_validator)
+            return OAuthBearerServer(self._listeners.oauth_validators[self.settings.listener])
         credentials = self._listeners.credentials
         return ScramServer(SCRAM_MECHANISMS[mechanism], lambda name: credentials.get(name, mechanism))
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import importlib
 import json
 import logging
 import re
@@ -35,15 +34,11 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from minibroker.config.sasl import unsecured_validator_options
 from minibroker.security.sasl.errors import SaslAuthenticationError, SaslCredentialsError
 
 log = logging.getLogger("minibroker.security.sasl")
 
-OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-PRINCIPAL_CLAIM_OPTION = "unsecuredValidatorPrincipalClaimName"
-SCOPE_CLAIM_OPTION = "unsecuredValidatorScopeClaimName"
-REQUIRED_SCOPE_OPTION = "unsecuredValidatorRequiredScope"
-CLOCK_SKEW_OPTION = "unsecuredValidatorAllowableClockSkewMs"
 _INTERNAL_ERROR = "Authentication could not be performed due to an internal error on the server"
 
 
@@ -89,16 +84,10 @@ class UnsecuredJwsValidator:
     """Kafka's unsecured validator, configured from the login module's options."""
 
     def __init__(self, options: dict[str, str], clock: Callable[[], float] = time.time):
-        self.principal_claim = (options.get(PRINCIPAL_CLAIM_OPTION) or "").strip() or "sub"
-        self.scope_claim = (options.get(SCOPE_CLAIM_OPTION) or "").strip() or "scope"
-        self.required_scope = (options.get(REQUIRED_SCOPE_OPTION) or "").split()
-        skew = (options.get(CLOCK_SKEW_OPTION) or "").strip()
-        try:
-            self.clock_skew_ms = int(skew) if skew else 0
-        except ValueError:
-            raise ValueError(f"{CLOCK_SKEW_OPTION}: {skew!r} is not an integer") from None
-        if self.clock_skew_ms < 0:
-            raise ValueError(f"Allowable clock skew millis must not be negative: {skew}")
+        """``options``: the OAuthBearerLoginModule's (minibroker/config/sasl.py reads them); raises
+        ValueError."""
+        self.principal_claim, self.scope_claim, self.required_scope, self.clock_skew_ms = \
+            unsecured_validator_options(options)
         self._clock = clock
 
     def __call__(self, token: str) -> OAuthBearerToken:
@@ -159,22 +148,16 @@ class UnsecuredJwsValidator:
         raise TokenValidationError(f"The scope claim was not of type List: {type(value).__name__}")
 
 
-def load_validator_hook(spec: str) -> Callable[[str], OAuthBearerToken]:
-    """``package.module:function`` -> a validator returning an OAuthBearerToken; raises ValueError."""
-    module_name, sep, attr = spec.strip().partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"{spec!r} is not of the form package.module:function")
-    try:
-        target = importlib.import_module(module_name)
-    except Exception as e:  # any import failure (missing module, error inside it) stops start-up
-        raise ValueError(f"cannot import {module_name}: {e}") from e
-    for name in attr.split("."):
-        target = getattr(target, name, None)
-        if target is None:
-            raise ValueError(f"{module_name} has no attribute {attr}")
-    if not callable(target):
-        raise ValueError(f"{spec} is not callable")
-    function = target
+def listener_validator(settings) -> Callable[[str], OAuthBearerToken]:
+    """The token validator of a listener's SaslListenerSettings (minibroker/config/sasl.py): its server
+    callback handler's function, else Kafka's unsecured validator with the login module's options."""
+    if settings.oauth_hook is not None:
+        return hook_validator(settings.oauth_hook_spec, settings.oauth_hook)
+    return UnsecuredJwsValidator(settings.oauth_options)
+
+
+def hook_validator(spec: str, function: Callable) -> Callable[[str], OAuthBearerToken]:
+    """A validator calling ``function`` (the hook ``spec`` names) and checking what it returns."""
 
     def validate(token: str) -> OAuthBearerToken:
         result = function(token)

@@ -12,14 +12,6 @@ import hmac
 
 from minibroker.security.sasl.errors import SaslAuthenticationError
 
-PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-USER_OPTION_PREFIX = "user_"
-
-
-def plain_users(options: dict[str, str]) -> dict[str, str]:
-    """user name -> password from the login module's options."""
-    return {k[len(USER_OPTION_PREFIX):]: v for k, v in options.items() if k.startswith(USER_OPTION_PREFIX)}
-
 
 class PlainServer:
     """One PLAIN exchange: a single client token, an empty answer."""

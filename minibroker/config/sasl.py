@@ -14,46 +14,101 @@ Per listener ``<l>`` (lower case in the keys, as Kafka writes them):
   validator (minibroker/security/sasl/oauthbearer.py) instead of the unsecured one.
 - ``connections.max.reauth.ms`` (also per listener and per listener and mechanism) and
   ``sasl.server.max.receive.size`` (also per listener).
+
+Configuration only: the mechanisms' server sides, and the OAUTHBEARER validator built from these settings,
+are minibroker/security/sasl/.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from minibroker.config import listener_key
-from minibroker.security.sasl.jaas import JaasEntry, module_options, parse_jaas_config
-from minibroker.security.sasl.oauthbearer import (
-    OAUTHBEARER_LOGIN_MODULE,
-    OAuthBearerToken,
-    UnsecuredJwsValidator,
-    load_validator_hook,
-)
-from minibroker.security.sasl.plain import PLAIN_LOGIN_MODULE, plain_users
-from minibroker.security.sasl.scram import MECHANISMS as SCRAM_MECHANISMS
+from minibroker.config.jaas import JaasEntry, module_options, parse_jaas_config
+from minibroker.config.keys import listener_key
 
 log = logging.getLogger("minibroker.security.sasl")
 
 PLAIN, OAUTHBEARER = "PLAIN", "OAUTHBEARER"
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")  # minibroker/security/sasl/scram.py serves them
 SERVED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS, OAUTHBEARER)
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 JAAS_KEY = "sasl.jaas.config"
 CALLBACK_HANDLER_KEY = "sasl.server.callback.handler.class"
 REAUTH_KEY = "connections.max.reauth.ms"
 
+PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+USER_OPTION_PREFIX = "user_"
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# The options of Kafka's unsecured OAUTHBEARER validator (minibroker/security/sasl/oauthbearer.py)
+PRINCIPAL_CLAIM_OPTION = "unsecuredValidatorPrincipalClaimName"
+SCOPE_CLAIM_OPTION = "unsecuredValidatorScopeClaimName"
+REQUIRED_SCOPE_OPTION = "unsecuredValidatorRequiredScope"
+CLOCK_SKEW_OPTION = "unsecuredValidatorAllowableClockSkewMs"
+
 
 class SaslListenerSettings(NamedTuple):
     listener: str
     mechanisms: tuple[str, ...]  # offered, in the configured order
     plain_users: dict[str, str]  # PLAIN: user -> password
-    oauth_validator: Callable[[str], OAuthBearerToken] | None
+    # OAUTHBEARER: the server callback handler's function and its ``package.module:function`` (None:
+    # Kafka's unsecured validator, with ``oauth_options``); security/sasl/oauthbearer.py builds the validator
+    oauth_hook: Callable[[str], Any] | None
+    oauth_hook_spec: str | None
+    oauth_options: dict[str, str]  # the OAuthBearerLoginModule entry's options (checked)
     max_reauth_ms: dict[str, int]  # mechanism -> connections.max.reauth.ms (0: sessions do not expire)
     max_receive_size: int  # largest frame before authentication
 
 
 class SaslConfigError(ValueError):
     """A SASL listener's configuration cannot work; the message names the key."""
+
+
+def plain_users(options: dict[str, str]) -> dict[str, str]:
+    """user name -> password from the PlainLoginModule's options (``user_<name>="<password>"``)."""
+    return {k[len(USER_OPTION_PREFIX):]: v for k, v in options.items() if k.startswith(USER_OPTION_PREFIX)}
+
+
+class UnsecuredValidatorOptions(NamedTuple):
+    principal_claim: str
+    scope_claim: str
+    required_scope: list[str]
+    clock_skew_ms: int
+
+
+def unsecured_validator_options(options: dict[str, str]) -> UnsecuredValidatorOptions:
+    """The unsecured validator's settings from the login module's options; raises ValueError."""
+    skew = (options.get(CLOCK_SKEW_OPTION) or "").strip()
+    try:
+        clock_skew_ms = int(skew) if skew else 0
+    except ValueError:
+        raise ValueError(f"{CLOCK_SKEW_OPTION}: {skew!r} is not an integer") from None
+    if clock_skew_ms < 0:
+        raise ValueError(f"Allowable clock skew millis must not be negative: {skew}")
+    return UnsecuredValidatorOptions((options.get(PRINCIPAL_CLAIM_OPTION) or "").strip() or "sub",
+                                     (options.get(SCOPE_CLAIM_OPTION) or "").strip() or "scope",
+                                     (options.get(REQUIRED_SCOPE_OPTION) or "").split(), clock_skew_ms)
+
+
+def load_hook(spec: str) -> Callable[[str], Any]:
+    """``package.module:function`` -> the function (imported now, as Kafka loads a configured class);
+    raises ValueError."""
+    module_name, sep, attr = spec.strip().partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r} is not of the form package.module:function")
+    try:
+        target = importlib.import_module(module_name)
+    except Exception as e:  # any import failure (missing module, error inside it) stops start-up
+        raise ValueError(f"cannot import {module_name}: {e}") from e
+    for name in attr.split("."):
+        target = getattr(target, name, None)
+        if target is None:
+            raise ValueError(f"{module_name} has no attribute {attr}")
+    if not callable(target):
+        raise ValueError(f"{spec} is not callable")
+    return target
 
 
 def _where(cfg, listener: str, key: str, mechanism: str | None = None) -> str:
@@ -119,30 +174,32 @@ def listener_settings(cfg, listener: str, *, warn: bool = True) -> SaslListenerS
             raise SaslConfigError(f"Invalid value for configuration "
                                   f"{listener_key(listener, CALLBACK_HANDLER_KEY, mechanism)}: minibroker "
                                   "takes a server callback handler for OAUTHBEARER only")
-    validator = None
+    hook, hook_spec, oauth_options = None, None, {}
     if OAUTHBEARER in offered:
-        hook = cfg.listener_override(listener, CALLBACK_HANDLER_KEY, OAUTHBEARER)
-        if hook is not None:
+        hook_spec = cfg.listener_override(listener, CALLBACK_HANDLER_KEY, OAUTHBEARER)
+        if hook_spec is not None:
             try:
-                validator = load_validator_hook(hook)
+                hook = load_hook(hook_spec)
             except ValueError as e:
                 key = listener_key(listener, CALLBACK_HANDLER_KEY, OAUTHBEARER)
-                raise SaslConfigError(f"Invalid value {hook!r} for configuration {key}: {e}") from None
+                raise SaslConfigError(f"Invalid value {hook_spec!r} for configuration {key}: {e}") from None
         else:
             entries = _jaas(cfg, listener, OAUTHBEARER) or []
+            oauth_options = module_options(entries, OAUTHBEARER_LOGIN_MODULE) or {}
             try:
-                validator = UnsecuredJwsValidator(module_options(entries, OAUTHBEARER_LOGIN_MODULE) or {})
+                unsecured_validator_options(oauth_options)
             except ValueError as e:
                 raise SaslConfigError(f"Invalid value for configuration "
                                       f"{listener_key(listener, JAAS_KEY, OAUTHBEARER)}: {e}") from None
     max_reauth = {m: max(0, cfg.for_listener(listener, REAUTH_KEY, m)) for m in offered}
-    return SaslListenerSettings(listener, offered, users, validator, max_reauth,
+    return SaslListenerSettings(listener, offered, users, hook, hook_spec, oauth_options, max_reauth,
                                 cfg.for_listener(listener, "sasl.server.max.receive.size"))
 
 
 def sasl_listener_settings(cfg, *, warn: bool = True) -> dict[str, SaslListenerSettings]:
     """Settings of every SASL_PLAINTEXT and SASL_SSL listener, by listener name; raises SaslConfigError.
-    minibroker.config's load_config calls it (``warn=False``) so that a bad one is a configuration error."""
+    load_config (minibroker/config/broker.py) calls it (``warn=False``) so that a bad one is a configuration
+    error."""
     protocols = cfg.security_protocol_map()
     return {lst.name: listener_settings(cfg, lst.name, warn=warn) for lst in cfg.listener_endpoints()
             if protocols.get(lst.name) in SASL_PROTOCOLS}
