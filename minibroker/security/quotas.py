@@ -4,7 +4,8 @@ Owner: ``ClientQuotas`` (``broker.client_quotas``, created and loaded by minibro
 broker serves; event loop only). It holds the quota configs per entity, persisted whole in
 ``minibroker-client-quotas.json`` at the log dir root (Kafka keeps them in its metadata log), and one
 ``ClientRateQuota`` per enforced key with the windowed rate sensors that measure each client against it.
-``ConnectionRateQuotas`` (the SocketServer's) measures connection creation per address and broker-wide.
+``ConnectionRateQuotas`` (the SocketServer's, minibroker/server/sockets.py) measures connection creation
+per address and broker-wide against these configs.
 
 Entities (AlterClientQuotas / DescribeClientQuotas): ``user``, ``client-id``, both together, each named or
 the default (name null in the protocol, ``<default>`` in kafka-configs.sh); or ``ip`` alone (named or
@@ -54,7 +55,7 @@ _TYPE_MAX = {"int": 2**31 - 1, "long": 2**63 - 1}
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 WRITE_TXN_MARKERS = 27  # a cluster action: exempt from the request quota, as Kafka exempts them
-_SENSOR_SWEEP_MIN = 1024  # sensors idle for a whole quota window are dropped once this many exist
+SENSOR_SWEEP_MIN = 1024  # sensors idle for a whole quota window are dropped once this many exist
 
 # An entity is a tuple of (type, name) pairs sorted by type; name None is the default entity.
 Entity = tuple
@@ -174,7 +175,7 @@ class ClientRateQuota:
         self.sensors: dict[tuple[str, str], Rate] = {}
         self.enabled = False
         self.throttled = 0  # responses throttled for this key (for tests and debugging)
-        self._sweep_at = _SENSOR_SWEEP_MIN
+        self._sweep_at = SENSOR_SWEEP_MIN
 
     def set_limits(self, limits: dict[tuple, float]) -> None:
         self.limits = limits
@@ -209,7 +210,7 @@ class ClientRateQuota:
         if sensor is None:
             if len(self.sensors) >= self._sweep_at:
                 self.sensors = {t: s for t, s in self.sensors.items() if not s.idle(now)}
-                self._sweep_at = max(_SENSOR_SWEEP_MIN, 2 * len(self.sensors))
+                self._sweep_at = max(SENSOR_SWEEP_MIN, 2 * len(self.sensors))
             sensor = self.sensors[tags] = Rate(self.num_samples, self.window_ms)
         return sensor
 
@@ -251,11 +252,17 @@ def client_of(header) -> tuple[str, str]:
     return (principal.name if principal is not None else ""), (header.client_id or "")
 
 
+def address_key(host: str) -> str:
+    """A peer address as the connection quotas count it: an IPv4-mapped IPv6 address (what a
+    dual-stack listener reports for an IPv4 client) is the IPv4 address, as Java sees it."""
+    if host.startswith("::ffff:") and "." in host:
+        return host[7:]
+    return host
+
+
 def _resolve_ip(name: str) -> str | None:
     """An ip entity's address (a host name resolves to its first address, as Java's getByName), None if
     it does not resolve. Blocking for a host name: AlterClientQuotas is rare and names are usually IPs."""
-    from minibroker.server.sockets import address_key
-
     for family in (socket.AF_INET, socket.AF_INET6):
         try:
             return address_key(socket.inet_ntop(family, socket.inet_pton(family, name)))
@@ -547,60 +554,3 @@ def set_throttle_time(response, delay_ms: int) -> None:
 
 def _describe_entity(entity: Entity) -> str:
     return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in entity)
-
-
-class ConnectionRateQuotas:
-    """Connection creation rates as Kafka's ConnectionQuotas measures them: ``max.connection.creation.rate``
-    for the whole broker (over it, the acceptor waits the throttle time before taking the connection) and
-    ``connection_creation_rate`` per client address (over it, the connection is held unanswered for the
-    throttle time and then closed). Owned by the SocketServer; event loop only."""
-
-    def __init__(self, quotas: ClientQuotas, config):
-        self.quotas = quotas
-        self.config = config
-        self.num_samples = quotas.num_samples
-        self.window_ms = quotas.window_ms
-        self.broker_rate = Rate(self.num_samples, self.window_ms)
-        self.per_address: dict[str, Rate] = {}
-        self._sweep_at = _SENSOR_SWEEP_MIN
-        self.broker_throttles = self.address_throttles = 0  # connections delayed / refused (tests, debugging)
-
-    def broker_delay_ms(self, now: float) -> int:
-        """Record one new connection broker-wide; the delay before accepting it (0 within the rate)."""
-        limit = self.config["max.connection.creation.rate"]
-        if limit >= 2**31 - 1:
-            return 0
-        self.broker_rate.record(1.0, now)
-        delay = throttle_ms(self.broker_rate, limit, now, self.window_ms)
-        if delay:
-            self.broker_throttles += 1
-        return delay
-
-    def address_limit(self, address: str) -> float | None:
-        quotas = self.quotas
-        limit = quotas.ip_limits.get(address)
-        return quotas.ip_default if limit is None else limit
-
-    def address_delay_ms(self, address: str, now: float) -> int:
-        """Record a connection from ``address``; over its rate, take it back (here and broker-wide: the
-        connection is refused) and return how long to hold it before closing."""
-        quotas = self.quotas
-        if not quotas.ip_limits and quotas.ip_default is None:
-            return 0
-        limit = self.address_limit(address)
-        if limit is None:
-            return 0
-        rate = self.per_address.get(address)
-        if rate is None:
-            if len(self.per_address) >= self._sweep_at:
-                self.per_address = {a: r for a, r in self.per_address.items() if not r.idle(now)}
-                self._sweep_at = max(_SENSOR_SWEEP_MIN, 2 * len(self.per_address))
-            rate = self.per_address[address] = Rate(self.num_samples, self.window_ms)
-        rate.record(1.0, now)
-        delay = throttle_ms(rate, limit, now, self.window_ms)
-        if delay:
-            self.address_throttles += 1
-            rate.record(-1.0, now)
-            if self.config["max.connection.creation.rate"] < 2**31 - 1:
-                self.broker_rate.record(-1.0, now)
-        return delay

@@ -44,7 +44,7 @@ import errno
 import logging
 import socket
 
-from minibroker.security.quotas import now_ms
+from minibroker.security.quotas import SENSOR_SWEEP_MIN, ClientQuotas, Rate, address_key, now_ms, throttle_ms
 
 log = logging.getLogger("minibroker.server")
 
@@ -87,14 +87,6 @@ def listen_socket(host: str, port: int, backlog: int, recv_buffer: int = -1) -> 
         raise
     sock.setblocking(False)
     return sock
-
-
-def address_key(host: str) -> str:
-    """A peer address as the connection quotas count it: an IPv4-mapped IPv6 address (what a
-    dual-stack listener reports for an IPv4 client) is the IPv4 address, as Java sees it."""
-    if host.startswith("::ffff:") and "." in host:
-        return host[7:]
-    return host
 
 
 def resolve_ip_overrides(value: str) -> dict[str, int]:
@@ -154,8 +146,6 @@ class SocketServer:
         self.memory_pool = MemoryPool(queued_max) if queued_max > 0 else None
         self._accepting = False
         self._backoff: asyncio.TimerHandle | None = None
-        from minibroker.security.quotas import ConnectionRateQuotas
-
         # connection creation rates: max.connection.creation.rate and the ip client quotas
         self.connection_rates = ConnectionRateQuotas(broker.client_quotas, config)
         self._held: tuple | None = None  # the connection accepted while the broker-wide rate throttles
@@ -419,3 +409,60 @@ class SocketServer:
                 conn.close(abort=True)
         elif not self._accepting:
             self._resume_accepting()  # max.connections may have been raised
+
+
+class ConnectionRateQuotas:
+    """Connection creation rates as Kafka's ConnectionQuotas measures them: ``max.connection.creation.rate``
+    for the whole broker (over it, the acceptor waits the throttle time before taking the connection) and
+    ``connection_creation_rate`` per client address (over it, the connection is held unanswered for the
+    throttle time and then closed). Owned by the SocketServer; event loop only."""
+
+    def __init__(self, quotas: ClientQuotas, config):
+        self.quotas = quotas
+        self.config = config
+        self.num_samples = quotas.num_samples
+        self.window_ms = quotas.window_ms
+        self.broker_rate = Rate(self.num_samples, self.window_ms)
+        self.per_address: dict[str, Rate] = {}
+        self._sweep_at = SENSOR_SWEEP_MIN
+        self.broker_throttles = self.address_throttles = 0  # connections delayed / refused (tests, debugging)
+
+    def broker_delay_ms(self, now: float) -> int:
+        """Record one new connection broker-wide; the delay before accepting it (0 within the rate)."""
+        limit = self.config["max.connection.creation.rate"]
+        if limit >= 2**31 - 1:
+            return 0
+        self.broker_rate.record(1.0, now)
+        delay = throttle_ms(self.broker_rate, limit, now, self.window_ms)
+        if delay:
+            self.broker_throttles += 1
+        return delay
+
+    def address_limit(self, address: str) -> float | None:
+        quotas = self.quotas
+        limit = quotas.ip_limits.get(address)
+        return quotas.ip_default if limit is None else limit
+
+    def address_delay_ms(self, address: str, now: float) -> int:
+        """Record a connection from ``address``; over its rate, take it back (here and broker-wide: the
+        connection is refused) and return how long to hold it before closing."""
+        quotas = self.quotas
+        if not quotas.ip_limits and quotas.ip_default is None:
+            return 0
+        limit = self.address_limit(address)
+        if limit is None:
+            return 0
+        rate = self.per_address.get(address)
+        if rate is None:
+            if len(self.per_address) >= self._sweep_at:
+                self.per_address = {a: r for a, r in self.per_address.items() if not r.idle(now)}
+                self._sweep_at = max(SENSOR_SWEEP_MIN, 2 * len(self.per_address))
+            rate = self.per_address[address] = Rate(self.num_samples, self.window_ms)
+        rate.record(1.0, now)
+        delay = throttle_ms(rate, limit, now, self.window_ms)
+        if delay:
+            self.address_throttles += 1
+            rate.record(-1.0, now)
+            if self.config["max.connection.creation.rate"] < 2**31 - 1:
+                self.broker_rate.record(-1.0, now)
+        return delay

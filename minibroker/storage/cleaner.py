@@ -22,7 +22,7 @@ past ``max.compaction.lag.ms``, or one whose retained tombstones' delete horizon
    ``.deleted``, ``.swap`` -> final names, then the log's segment list changes in one step on the
    owner's thread (reads see the old segments or the new one, never a mix: ``_swap``);
    ``.deleted`` files are removed after ``file.delete.delay.ms``. ``PartitionLog.open`` completes
-   or rolls back an interrupted swap (``complete_interrupted_swap``).
+   or rolls back an interrupted swap (minibroker/storage/segment_swap.py).
 
 Where the work runs: ``clean_once`` sends the pass's heavy work (reading the non-active segments,
 building the offset map, filtering and rewriting batches, writing and fsyncing ``.cleaned`` segments)
@@ -70,7 +70,8 @@ from minibroker.records.record import TimestampType
 from minibroker.storage import checkpoints as ckpt
 from minibroker.storage.log_dir_move import crash_hook_from_env
 from minibroker.storage.partition_log import PartitionLog
-from minibroker.storage.segment import LogSegment, segment_file_name
+from minibroker.storage.segment import LogSegment
+from minibroker.storage.segment_swap import remove_files, rename_segment_files, segment_paths
 from minibroker.storage.txn_index import AbortedTxn
 
 __all__ = ["CLEANER_OFFSET_CHECKPOINT", "CleanerSettings", "LogCleaner", "OffsetMap", "SWAP_STEPS"]
@@ -80,7 +81,6 @@ log = logging.getLogger(__name__)
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 SLICE_SECONDS = 0.002  # loop-side work (the active segment's headers) between two yields to the loop
 _READ_CHUNK = 1 << 20
-_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _INT32_MAX = 2**31 - 1
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
@@ -459,28 +459,6 @@ def _rebuild(h: v2.BatchHeader, records, delete_horizon: int | None) -> bytes:
     return _patch_header(bytearray(built), h.last_offset_delta)
 
 
-def segment_paths(directory: str, base: int, suffix: str) -> list[str]:
-    return [os.path.join(directory, segment_file_name(base, ext + suffix)) for ext in _SEGMENT_SUFFIXES]
-
-
-def _rename_segment_files(directory: str, base: int, old_suffix: str, new_suffix: str) -> None:
-    pairs = zip(segment_paths(directory, base, old_suffix), segment_paths(directory, base, new_suffix),
-                strict=True)
-    for src, dst in pairs:
-        try:
-            os.rename(src, dst)
-        except FileNotFoundError:
-            pass  # a segment without a .txnindex (most) or without indexes
-
-
-def _remove_files(paths) -> None:
-    for path in paths:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-
-
 # ---- jobs: what the worker runs (module functions of picklable arguments) ----------------------------
 
 # The offset map of the pass in progress, by pass key, in the process that runs the jobs: built by
@@ -557,7 +535,7 @@ def _job_clean_group(pass_key: str, directory: str, index_bytes: int, interval: 
     group_end = refs[-1].next_offset
     horizons: list[int] = []
     txn = _TxnTracker(aborted)
-    _remove_files(segment_paths(directory, base, ".cleaned"))
+    remove_files(segment_paths(directory, base, ".cleaned"))
     pace.add(0)  # (the broker is still there before a file is made)
     cleaned = None
     try:
@@ -596,7 +574,7 @@ def _job_clean_group(pass_key: str, directory: str, index_bytes: int, interval: 
                 cleaned.close()
             except OSError:
                 pass
-        _remove_files(segment_paths(directory, base, ".cleaned"))
+        remove_files(segment_paths(directory, base, ".cleaned"))
         raise
 
 
@@ -1102,7 +1080,7 @@ class LogCleaner:
             try:
                 due = self._take_due_files()
                 if due:  # unlinking big files can block: off the loop
-                    await asyncio.get_running_loop().run_in_executor(None, _remove_files, due)
+                    await asyncio.get_running_loop().run_in_executor(None, remove_files, due)
                 cleaned = await self.clean_once()
             except asyncio.CancelledError:
                 raise
@@ -1202,7 +1180,7 @@ class LogCleaner:
                     value = step.run_here()
                 except Exception as exc:
                     send, value = work.throw, exc
-        _remove_files(self._take_due_files())
+        remove_files(self._take_due_files())
         return True
 
     def _take_due_files(self) -> list[str]:
@@ -1294,7 +1272,7 @@ class LogCleaner:
                         self._check_refs(plog, group_refs)
                         yield from self._swap(plog, group, base)
                     except BaseException:
-                        _remove_files(segment_paths(plog.directory, base, ".cleaned"))
+                        remove_files(segment_paths(plog.directory, base, ".cleaned"))
                         raise
                     horizons += group_horizons
                 # The cleaned segments, by their new sizes: those that fit together are merged.
@@ -1394,7 +1372,7 @@ class LogCleaner:
         self._step("swap_done", merge)
         delay = int(plog.config.get("file.delete.delay.ms", 60000))
         if delay <= 0:
-            yield _Blocking(_remove_files, (doomed,))
+            yield _Blocking(remove_files, (doomed,))
         else:
             self._pending_deletes.append((time.monotonic() + delay / 1000, doomed))
 
@@ -1409,15 +1387,15 @@ class LogCleaner:
             # through the old segment until the list changes still needs its aborted transactions).
             seg.txn_index.entries  # noqa: B018
         self._step("cleaned_written", merge)
-        _rename_segment_files(directory, base, ".cleaned", ".swap")
+        rename_segment_files(directory, base, ".cleaned", ".swap")
         ckpt.fsync_dir(directory)
         self._step("swap_renamed", merge)
         doomed = []
         for seg in old:
-            _rename_segment_files(directory, seg.base_offset, "", ".deleted")
+            rename_segment_files(directory, seg.base_offset, "", ".deleted")
             doomed += segment_paths(directory, seg.base_offset, ".deleted")
         self._step("old_deleted", merge)
-        _rename_segment_files(directory, base, ".swap", "")
+        rename_segment_files(directory, base, ".swap", "")
         ckpt.fsync_dir(directory)
         new = LogSegment(directory, base, index_max_bytes=index_bytes, index_interval_bytes=interval,
                          active=False)
@@ -1438,47 +1416,3 @@ def _crash_hook_from_env() -> Callable[[str], None] | None:
     """The ``MINIBROKER_CLEANER_CRASH_AT`` test hook (docs/storage.md, "Compaction"), or None."""
     return crash_hook_from_env(CRASH_AT_ENV, SWAP_STEPS, "cleaner swap", CRASH_EXIT_CODE, suffix=MERGE_SUFFIX,
                                logger=log)
-
-
-def complete_interrupted_swap(name: str, directory: str) -> None:
-    """Kafka's LogLoader at start-up: delete ``.deleted`` files; delete ``.swap`` files at or past the
-    lowest ``.cleaned`` base (an unfinished operation), then every ``.cleaned`` file; for the
-    remaining ``.swap`` segments, delete the old segment files whose base lies in
-    ``[min swap base, max swap next offset)`` and rename the ``.swap`` files to their final names."""
-    files = os.listdir(directory)
-    cleaned_bases = [int(f[:20]) for f in files if f.endswith(".cleaned") and f[:20].isdigit()]
-    min_cleaned = min(cleaned_bases, default=None)
-    for fname in files:
-        path = os.path.join(directory, fname)
-        if fname.endswith(".deleted"):
-            _remove_files([path])
-        elif fname.endswith(".swap") and min_cleaned is not None and fname[:20].isdigit() \
-                and int(fname[:20]) >= min_cleaned:
-            _remove_files([path])
-    for fname in files:
-        if fname.endswith(".cleaned"):
-            _remove_files([os.path.join(directory, fname)])
-    swaps = sorted(f for f in os.listdir(directory) if f.endswith(".log.swap") and f[:20].isdigit())
-    if not swaps:
-        return
-    low, high = None, None
-    for fname in swaps:
-        base = int(fname[:20])
-        next_offset = base
-        size = os.path.getsize(os.path.join(directory, fname))
-        with open(os.path.join(directory, fname), "rb") as f:
-            data = f.read()
-        for info in scan_entries(data, 0, size):
-            next_offset = info.last_offset + 1
-        low = base if low is None else min(low, base)
-        high = next_offset if high is None else max(high, next_offset)
-        log.info("%s: found %s from an interrupted swap; completing it", name, fname)
-    for fname in os.listdir(directory):
-        stem, ext = fname[:20], fname[20:]
-        if stem.isdigit() and ext in _SEGMENT_SUFFIXES and low <= int(stem) < max(high, low + 1):
-            log.info("%s: deleting %s, replaced by a cleaned segment", name, fname)
-            _remove_files([os.path.join(directory, fname)])
-    for fname in os.listdir(directory):
-        if fname.endswith(".swap"):
-            os.rename(os.path.join(directory, fname), os.path.join(directory, fname[: -len(".swap")]))
-    ckpt.fsync_dir(directory)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from minibroker.storage import checkpoints as ckpt
+from minibroker.storage.segment_swap import SEGMENT_SUFFIXES
 
 __all__ = [
     "FUTURE_SUFFIX", "DELETE_SUFFIX", "MOVED_FROM_FILE", "MOVE_STEPS", "MOVE_CRASH_AT_ENV", "MoveCopy",
@@ -42,7 +43,6 @@ DELETE_SUFFIX = "-delete"
 MOVED_FROM_FILE = "moved-from"
 # Files of the source dir that are never copied: a cleaner pass's or an atomic write's temporaries.
 _TRANSIENT_SUFFIXES = (".tmp", ".cleaned", ".swap", ".deleted")
-_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _CHUNK = 1 << 20
 
 # Test hook: a broker started with MINIBROKER_MOVE_CRASH_AT=<step> exits (os._exit, as kill -9) when
@@ -116,7 +116,7 @@ class _Copied:
 
 def _segment_base(name: str) -> int | None:
     stem, ext = os.path.splitext(name)
-    if ext in _SEGMENT_SUFFIXES and len(stem) == 20 and stem.isdigit():
+    if ext in SEGMENT_SUFFIXES and len(stem) == 20 and stem.isdigit():
         return int(stem)
     return None
 

@@ -28,6 +28,7 @@ from minibroker.file_region import FileRegion
 from minibroker.records.framing import EntryInfo, scan_entries
 from minibroker.storage import checkpoints
 from minibroker.storage.segment import LogSegment
+from minibroker.storage.segment_swap import complete_interrupted_swap
 from minibroker.storage.timestamps import offset_of_max_timestamp, record_at_or_after
 from minibroker.storage.txn_index import AbortedTxn
 
@@ -179,8 +180,6 @@ class PartitionLog:
         index_bytes = int(config["segment.index.bytes"])
         interval = int(config["index.interval.bytes"])
         if not read_only:  # a cleaner's swap cut short: complete or roll back, as Kafka's LogLoader
-            from minibroker.storage.cleaner import complete_interrupted_swap
-
             complete_interrupted_swap(name, directory)
         bases = []
         for fname in os.listdir(directory):

@@ -270,27 +270,3 @@ def add_command_config_argument(parser) -> None:
     parser.add_argument("--command-config", metavar="FILE", default=os.environ.get(ENV_VAR) or None,
                         help="Kafka client properties: security.protocol, ssl.*, sasl.mechanism, "
                              f"sasl.jaas.config (env {ENV_VAR})")
-
-
-def kafka_python_tool_settings(args, tool: str) -> tuple[dict, int]:
-    """For the tools built on kafka-python: (settings, 0) from ``args.command_config``, or ({}, exit code)
-    after printing why not. On TLS and SASL listeners the broker is first asked once through
-    ``WireClient``: kafka-python reports a refused password or an untrusted certificate only as
-    "Unable to bootstrap" after its whole timeout, this says at once what failed and where."""
-    import sys
-
-    from minibroker.tools.wire import check_connection, failure_text
-
-    try:
-        security = read_client_config(args.command_config)
-        if security.protocol == "PLAINTEXT":
-            return ({"security_protocol": "PLAINTEXT"} if args.command_config else {}), 0
-        settings = security.kafka_python_settings()
-        check_connection(args.bootstrap_server, security, args.timeout)
-    except ClientConfigError as e:
-        print(f"minibroker {tool}: {e}", file=sys.stderr)
-        return {}, 2
-    except OSError as e:
-        print(f"minibroker {tool}: {failure_text(args.bootstrap_server, e)}", file=sys.stderr)
-        return {}, 1
-    return settings, 0

@@ -20,8 +20,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from minibroker.tools.client_config import kafka_python_tool_settings
 from minibroker.tools.produce import missing_kafka_python, parse_properties
+from minibroker.tools.wire import kafka_python_tool_settings
 
 _ESCAPES = {"n": b"\n", "r": b"\r", "t": b"\t", "\\": b"\\", "0": b"\0"}
 

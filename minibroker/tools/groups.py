@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from minibroker.tools.client_config import kafka_python_tool_settings
 from minibroker.tools.produce import missing_kafka_python
+from minibroker.tools.wire import kafka_python_tool_settings
 
 INACTIVE = ("Empty", "Dead")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from minibroker.tools.client_config import kafka_python_tool_settings
+from minibroker.tools.wire import kafka_python_tool_settings
 
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 

@@ -17,7 +17,7 @@ import sys
 from minibroker.errors import ErrorCode
 from minibroker.protocol import codec
 from minibroker.tools.client_config import ClientConfigError, read_client_config
-from minibroker.tools.wire import WireClient, failure_text
+from minibroker.tools.wire import WireClient, failure_text, split_host_port
 
 API_VERSIONS, METADATA, CREATE_TOPICS, DELETE_TOPICS = 18, 3, 19, 20
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
@@ -32,15 +32,6 @@ class ToolError(Exception):
 
 class UsageError(Exception):
     """Options that do not go together: reported with exit code 2."""
-
-
-def split_host_port(bootstrap: str) -> tuple[str, int]:
-    """``host:port`` (the first of a comma-separated list) -> (host, port); port 9092 if missing."""
-    first = bootstrap.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep:
-        return first or "127.0.0.1", 9092
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def error_text(code: int, message: str | None = None) -> str:

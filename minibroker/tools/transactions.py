@@ -32,8 +32,8 @@ from collections.abc import Iterable
 
 from minibroker.errors import ErrorCode
 from minibroker.protocol import codec
-from minibroker.tools.topics import ToolError, UsageError, error_text, run_admin, split_host_port
-from minibroker.tools.wire import WireClient
+from minibroker.tools.topics import ToolError, UsageError, error_text, run_admin
+from minibroker.tools.wire import WireClient, split_host_port
 
 API_VERSIONS, METADATA, FIND_COORDINATOR, WRITE_TXN_MARKERS = 18, 3, 10, 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66

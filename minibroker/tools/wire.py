@@ -20,6 +20,7 @@ import ssl
 import struct
 
 from minibroker.protocol import codec
+from minibroker.tools.client_config import ClientConfigError, read_client_config
 
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 UNSUPPORTED_SASL_MECHANISM = 33
@@ -177,7 +178,36 @@ def api_versions_probe(host: str, port: int, timeout: float = 2.0, security=None
 def check_connection(bootstrap: str, security, timeout: float) -> None:
     """Connect to the first bootstrap address with ``security`` (TLS handshake, SASL authentication) and
     close again; raises what ``WireClient`` raises."""
-    from minibroker.tools.topics import split_host_port
-
     host, port = split_host_port(bootstrap)
     WireClient(host, port, timeout=timeout, client_id="minibroker-check", security=security).close()
+
+
+def split_host_port(bootstrap: str) -> tuple[str, int]:
+    """``host:port`` (the first of a comma-separated list) -> (host, port); port 9092 if missing."""
+    first = bootstrap.split(",")[0].strip()
+    host, sep, port = first.rpartition(":")
+    if not sep:
+        return first or "127.0.0.1", 9092
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def kafka_python_tool_settings(args, tool: str) -> tuple[dict, int]:
+    """For the tools built on kafka-python: (settings, 0) from ``args.command_config``, or ({}, exit code)
+    after printing why not. On TLS and SASL listeners the broker is first asked once through
+    ``WireClient``: kafka-python reports a refused password or an untrusted certificate only as
+    "Unable to bootstrap" after its whole timeout, this says at once what failed and where."""
+    import sys
+
+    try:
+        security = read_client_config(args.command_config)
+        if security.protocol == "PLAINTEXT":
+            return ({"security_protocol": "PLAINTEXT"} if args.command_config else {}), 0
+        settings = security.kafka_python_settings()
+        check_connection(args.bootstrap_server, security, args.timeout)
+    except ClientConfigError as e:
+        print(f"minibroker {tool}: {e}", file=sys.stderr)
+        return {}, 2
+    except OSError as e:
+        print(f"minibroker {tool}: {failure_text(args.bootstrap_server, e)}", file=sys.stderr)
+        return {}, 1
+    return settings, 0
