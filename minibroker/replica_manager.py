@@ -7,9 +7,9 @@ Transactions, on the log side: ``write_txn_marker`` appends an end-transaction m
 transaction coordinator (Kafka's coordinator-origin append: no client validation), closes the
 producer's transaction in the partition's producer state and, for an abort, adds the transaction
 to the ``.txnindex`` of the segment holding the marker. ``last_stable_offset`` is the first offset
-of the earliest open transaction, else the high watermark. The producer state is loaded lazily (the
-latest snapshot, then the log after it); after an unclean shutdown that load also refills the txn
-indexes that recovery emptied, replaying from a snapshot no later than the first such segment.
+of the earliest open transaction, else the high watermark. The producer state is loaded lazily, by
+minibroker/storage/producer_state.py (the latest snapshot, then the log after it; after an unclean
+shutdown that load also refills the txn indexes that recovery emptied).
 
 The append path is synchronous from reading the log end offset to the write (no await between
 them), so offsets are assigned exactly once, in order. Validation is part of that step for
@@ -32,8 +32,8 @@ import time
 from typing import NamedTuple
 
 from minibroker.config.message_format import DEFAULT_MESSAGE_FORMAT_VERSION, magic_for_version
-from minibroker.coordinator.producer_state import CompletedTxn, ProducerStateTable, snapshot_files
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.storage.producer_state import ProducerStateTable, aborted_txn, load_producer_state
 
 log = logging.getLogger("minibroker.replica")
 append_log = logging.getLogger("minibroker.append")
@@ -41,11 +41,6 @@ append_log = logging.getLogger("minibroker.append")
 append_bytes_log = logging.getLogger("minibroker.append.bytes")
 APPEND_TRACE_BYTES = 4096  # at most this much of each side is logged
 
-_PID_EPOCH_SEQ = struct.Struct(">qhi")
-_ATTRIBUTES_LOW_BYTE = 22  # v2 attributes are an int16 at 21: the flags below are in its low byte
-_TRANSACTIONAL = 0x10
-_CONTROL = 0x20
-REPLAY_CHUNK = 8 << 20
 
 # Validation a produce request may do on the event loop, per partition, before the rest of it goes to
 # the worker thread: in units of records.budget (about nanoseconds of work here; counted in work, not
@@ -138,21 +133,6 @@ def report_unexpected(topic: str, partition: int, exc: BaseException, answered: 
 
 
 PRODUCE_VERSION_FOR_MARKERS = 11  # markers are v2 batches: any Produce version >= 3 validates them alike
-
-
-def _reindex_aborted(rebuild: list, table: ProducerStateTable, completed: CompletedTxn) -> None:
-    """Add a replayed abort to the txn index of its marker's segment, if that segment is one being
-    rebuilt (``rebuild``: segments in offset order)."""
-    from minibroker.storage.txn_index import AbortedTxn
-
-    for segment in reversed(rebuild):
-        if segment.base_offset <= completed.last_offset:
-            if completed.last_offset < segment.next_offset:
-                segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
-                                                    completed.last_offset,
-                                                    table.last_stable_offset_after(completed)))
-                segment.flushed = False
-            return
 
 
 class AppendOutcome(NamedTuple):
@@ -253,69 +233,9 @@ class ReplicaManager:
         key = (topic, partition)
         table = self._producer_states.get(key)
         if table is None:
-            table = self._load_producer_state(self.get_log(topic, partition))
+            table = load_producer_state(self.get_log(topic, partition))
             self._producer_states[key] = table
         return table
-
-    def _load_producer_state(self, plog) -> ProducerStateTable:
-        """Latest usable snapshot, then the log after it replayed batch header by batch header (and
-        the end markers' control records). Segments that recovery re-read have an empty txn index:
-        the replay then starts no later than the first of them (a snapshot at or below its base, else
-        the log start), and the aborted transactions whose markers lie in them are indexed again,
-        as Kafka's ``LogSegment.recover`` does with the producer state rebuilt up to the segment."""
-        rebuild = [s for s in plog.segments if s.txn_index_needs_rebuild]
-        rebuild_from = rebuild[0].base_offset if rebuild else None
-        table = ProducerStateTable()
-        start = plog.log_start_offset
-        for offset, path in reversed(snapshot_files(plog.directory)):
-            if offset > plog.log_end_offset or (rebuild_from is not None and offset > rebuild_from):
-                continue
-            try:
-                table = ProducerStateTable.read_snapshot(path)
-                start = max(offset, plog.log_start_offset)
-                break
-            except (OSError, ValueError, struct.error) as e:
-                log.warning("ignoring producer snapshot %s: %s", path, e)
-        replayed = 0
-        for data, entry in plog.iter_entries(start, REPLAY_CHUNK):
-            if entry.magic != 2:
-                continue
-            pid, epoch, base_seq = _PID_EPOCH_SEQ.unpack_from(data, entry.position + 43)
-            if pid < 0:
-                continue
-            attributes = data[entry.position + _ATTRIBUTES_LOW_BYTE]
-            if attributes & _CONTROL:
-                completed = self._replay_marker(plog, table, data, entry, pid, epoch)
-                if completed is not None and completed.is_aborted and rebuild:
-                    _reindex_aborted(rebuild, table, completed)
-                replayed += 1
-            else:  # sequence -1 too (an internal append may write one), as Kafka replays any producer's batch
-                delta = entry.last_offset - entry.base_offset
-                last_seq = base_seq + delta if base_seq >= 0 else -1
-                table.record(pid, epoch, base_seq, last_seq, entry.base_offset, entry.last_offset,
-                             entry.max_timestamp, is_transactional=bool(attributes & _TRANSACTIONAL))
-                replayed += 1
-        for segment in rebuild:
-            segment.txn_index_needs_rebuild = False
-        if replayed:
-            log.debug(
-                "%s: producer state rebuilt from %d batches after offset %d", plog.directory, replayed, start
-            )
-        return table
-
-    @staticmethod
-    def _replay_marker(plog, table, data, entry, pid: int, epoch: int) -> CompletedTxn | None:
-        from minibroker.records.control import ControlType, read_end_txn_marker
-
-        try:
-            marker = read_end_txn_marker(data, entry.position)
-        except ValueError as e:
-            log.warning("%s: unreadable control batch at offset %d: %s", plog.directory, entry.base_offset, e)
-            return None
-        if marker is None:  # an empty control batch, or a control type other than an end marker
-            return None
-        return table.complete_txn(pid, epoch, marker.coordinator_epoch, entry.base_offset,
-                                  marker.control_type == ControlType.ABORT, entry.max_timestamp)
 
     def write_snapshots(self) -> None:
         """A snapshot of every loaded producer state at its log end (at close): the next start replays
@@ -553,7 +473,6 @@ class ReplicaManager:
         TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch, UNSUPPORTED_FOR_MESSAGE_FORMAT
         for a topic kept in magic 0/1, and the log's own errors (unknown partition, storage)."""
         from minibroker.records.control import build_end_txn_marker
-        from minibroker.storage.txn_index import AbortedTxn
 
         plog = self.get_log(topic, partition)
         table = self.producer_state(topic, partition)
@@ -578,8 +497,7 @@ class ReplicaManager:
                                        result.max_timestamp)
         try:
             if completed is not None and completed.is_aborted:
-                plog.add_aborted_txn(AbortedTxn(producer_id, completed.first_offset, offset,
-                                                table.last_stable_offset_after(completed)))
+                plog.add_aborted_txn(aborted_txn(table, completed))
         finally:
             self.wake(topic, partition)  # the last stable offset moved: read_committed fetches wake
         append_log.debug("%s-%d: %s marker for producer %d (epoch %d, coordinator epoch %d) at offset %d%s",

@@ -9,7 +9,7 @@ def start_services(broker) -> None:
     """Create what the handlers ask besides the logs: the authorizer and its ACLs, client quotas, SASL
     (listeners' mechanisms, SCRAM credentials), replicas, producer ids, fetch sessions, the group and
     transaction coordinators."""
-    from minibroker.coordinator.producer_state import ProducerIdAllocator
+    from minibroker.coordinator.producer_ids import ProducerIdAllocator
     from minibroker.security.authorizer import Authorizer
 
     broker.authorizer = Authorizer.from_config(broker.config)  # ACLs loaded before the first request

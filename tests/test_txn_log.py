@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from minibroker.coordinator.producer_state import ProducerStateTable, snapshot_files
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records import build_records, v2
 from minibroker.records.framing import scan_entries
+from minibroker.storage.producer_state import ProducerStateTable, snapshot_files
 from minibroker.tools.wire import WireClient
 
 TOPIC = "txns"

@@ -8,11 +8,11 @@ import struct
 
 import pytest
 
-from minibroker.coordinator.producer_state import ProducerStateTable
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records import build_records
 from minibroker.records.control import build_end_txn_marker
 from minibroker.storage.partition_log import PartitionLog
+from minibroker.storage.producer_state import ProducerStateTable
 from minibroker.storage.topic_config import effective_topic_config
 from minibroker.storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 

@@ -1,4 +1,5 @@
-"""Idempotent and transactional producers: per-partition producer state, and producer id allocation.
+"""Idempotent and transactional producers: the producer state of one partition log, as Kafka's
+ProducerStateManager keeps it beside UnifiedLog.
 
 ``ProducerStateTable`` is owned by one partition (through the ReplicaManager) and mutated
 only on the event loop between validation and append, with no await in between. It keeps,
@@ -22,6 +23,11 @@ producer: int64 id, int16 epoch, int32 last sequence, int64 last offset, int32 o
 int64 timestamp, int32 coordinator epoch, int64 current txn first offset (-1: none). A producer
 known only from a marker has last sequence -1 and last offset -1, as in Kafka. The offset in the
 name is the log end offset the snapshot covers; the log after it is replayed on load.
+
+Loading (``load_producer_state``, called by the ReplicaManager on a partition's first use): the latest
+usable snapshot, then the log after it, batch header by batch header; end markers close transactions,
+and an abort whose marker lies in a segment that recovery re-read is indexed again in that segment's
+``.txnindex``. Producer ids are handed out by minibroker/coordinator/producer_ids.py.
 """
 
 from __future__ import annotations
@@ -33,8 +39,16 @@ import struct
 from typing import NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.storage.txn_index import AbortedTxn
 
-log = logging.getLogger("minibroker.producers")
+# Loading was the replica manager's: its lines keep that logger's name (docs/operations.md)
+log = logging.getLogger("minibroker.replica")
+
+_PID_EPOCH_SEQ = struct.Struct(">qhi")
+_ATTRIBUTES_LOW_BYTE = 22  # v2 attributes are an int16 at 21: the flags below are in its low byte
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+REPLAY_CHUNK = 8 << 20
 
 MAX_CACHED_BATCHES = 5
 NO_PRODUCER_ID = -1
@@ -350,42 +364,83 @@ def snapshot_files(directory: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-class ProducerIdAllocator:
-    """Hands out producer ids, unique across restarts: blocks reserved in a file at the log dir root.
+# ---------------------------------------------------------------------------------------------------
+# Loading: the latest snapshot, then the log after it (Kafka's UnifiedLog.loadProducerState).
 
-    File ``producer-id-block`` holds the first id not yet reserved; a block of ``BLOCK`` ids is
-    reserved (file rewritten) before any id of it is handed out, as Kafka's controller does.
-    """
 
-    BLOCK = 1000
-
-    def __init__(self, log_dir: str) -> None:
-        self.path = os.path.join(log_dir, "producer-id-block")
-        self.next_id = 0
-        self.block_end = 0
+def load_producer_state(plog) -> ProducerStateTable:
+    """Latest usable snapshot, then the log after it replayed batch header by batch header (and
+    the end markers' control records). Segments that recovery re-read have an empty txn index:
+    the replay then starts no later than the first of them (a snapshot at or below its base, else
+    the log start), and the aborted transactions whose markers lie in them are indexed again,
+    as Kafka's ``LogSegment.recover`` does with the producer state rebuilt up to the segment."""
+    rebuild = [s for s in plog.segments if s.txn_index_needs_rebuild]
+    rebuild_from = rebuild[0].base_offset if rebuild else None
+    table = ProducerStateTable()
+    start = plog.log_start_offset
+    for offset, path in reversed(snapshot_files(plog.directory)):
+        if offset > plog.log_end_offset or (rebuild_from is not None and offset > rebuild_from):
+            continue
         try:
-            with open(self.path) as f:
-                self.block_end = self.next_id = int(f.read().strip() or 0)
-        except (FileNotFoundError, ValueError):
-            pass
+            table = ProducerStateTable.read_snapshot(path)
+            start = max(offset, plog.log_start_offset)
+            break
+        except (OSError, ValueError, struct.error) as e:
+            log.warning("ignoring producer snapshot %s: %s", path, e)
+    replayed = 0
+    for data, entry in plog.iter_entries(start, REPLAY_CHUNK):
+        if entry.magic != 2:
+            continue
+        pid, epoch, base_seq = _PID_EPOCH_SEQ.unpack_from(data, entry.position + 43)
+        if pid < 0:
+            continue
+        attributes = data[entry.position + _ATTRIBUTES_LOW_BYTE]
+        if attributes & _CONTROL:
+            completed = _replay_marker(plog, table, data, entry, pid, epoch)
+            if completed is not None and completed.is_aborted and rebuild:
+                _reindex_aborted(rebuild, table, completed)
+            replayed += 1
+        else:  # sequence -1 too (an internal append may write one), as Kafka replays any producer's batch
+            delta = entry.last_offset - entry.base_offset
+            last_seq = base_seq + delta if base_seq >= 0 else -1
+            table.record(pid, epoch, base_seq, last_seq, entry.base_offset, entry.last_offset,
+                         entry.max_timestamp, is_transactional=bool(attributes & _TRANSACTIONAL))
+            replayed += 1
+    for segment in rebuild:
+        segment.txn_index_needs_rebuild = False
+    if replayed:
+        log.debug(
+            "%s: producer state rebuilt from %d batches after offset %d", plog.directory, replayed, start
+        )
+    return table
 
-    def allocate(self) -> int:
-        """The next producer id; COORDINATOR_NOT_AVAILABLE (retriable) when a new block cannot be
-        reserved on disk (a full disk): an id handed out unreserved could be handed out again."""
-        if self.next_id >= self.block_end:
-            block_end = self.next_id + self.BLOCK
-            tmp = self.path + ".tmp"
-            try:
-                with open(tmp, "w") as f:
-                    f.write(f"{block_end}\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            except OSError as exc:
-                log.error("cannot reserve producer ids in %s: %s", self.path, exc)
-                why = f"cannot reserve producer ids: {exc}"
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, why) from exc
-            self.block_end = block_end
-        pid = self.next_id
-        self.next_id += 1
-        return pid
+
+def _replay_marker(plog, table, data, entry, pid: int, epoch: int) -> CompletedTxn | None:
+    from minibroker.records.control import ControlType, read_end_txn_marker  # the record layer: on first use
+
+    try:
+        marker = read_end_txn_marker(data, entry.position)
+    except ValueError as e:
+        log.warning("%s: unreadable control batch at offset %d: %s", plog.directory, entry.base_offset, e)
+        return None
+    if marker is None:  # an empty control batch, or a control type other than an end marker
+        return None
+    return table.complete_txn(pid, epoch, marker.coordinator_epoch, entry.base_offset,
+                              marker.control_type == ControlType.ABORT, entry.max_timestamp)
+
+
+def aborted_txn(table: ProducerStateTable, completed: CompletedTxn) -> AbortedTxn:
+    """The ``.txnindex`` entry of an aborted transaction its marker closed."""
+    return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                      table.last_stable_offset_after(completed))
+
+
+def _reindex_aborted(rebuild: list, table: ProducerStateTable, completed: CompletedTxn) -> None:
+    """Add a replayed abort to the txn index of its marker's segment, if that segment is one being
+    rebuilt (``rebuild``: segments in offset order)."""
+    for segment in reversed(rebuild):
+        if segment.base_offset <= completed.last_offset:
+            if completed.last_offset < segment.next_offset:
+                segment.txn_index.append(aborted_txn(table, completed))
+                segment.flushed = False
+            return
