@@ -112,7 +112,7 @@ def cmd_serve(args) -> int:
 
     setup_logging(args.log_level, args.log_format)
     if "MINIBROKER_PARENT_PIPE_FD" in os.environ:  # a test's broker: stop when its parent is gone
-        from minibroker.parent_watch import watch_pipe_from_environment
+        from minibroker.server.parent_watch import watch_pipe_from_environment
 
         watch_pipe_from_environment()
     try:

@@ -42,10 +42,10 @@ def tied_to_this_process(env: Mapping[str, str] | None = None) -> dict:
     The child gets the read end of a pipe (``pass_fds``) and its number in ``MINIBROKER_PARENT_PIPE_FD``
     (added to ``env``, default ``os.environ``); the only write end stays here, never inherited (close on
     exec). When this process is gone the broker reads end of file and stops: SIGTERM to itself (a clean
-    shutdown), SIGKILL 5 s later if it still runs (``minibroker.parent_watch``). Which thread starts the
-    child does not matter. Other commands ignore the variable."""
+    shutdown), SIGKILL 5 s later if it still runs (``minibroker.server.parent_watch``). Which thread starts
+    the child does not matter. Other commands ignore the variable."""
     global _tie
-    from minibroker.parent_watch import PARENT_PIPE_ENV
+    from minibroker.server.parent_watch import PARENT_PIPE_ENV
 
     with _tie_lock:
         if _tie is None or _tie[0] != os.getpid():

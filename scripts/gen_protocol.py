@@ -14,7 +14,7 @@ name. With ``error-codes.tsv`` (and ``scripts/protocol-schemas/error-codes.tsv``
 writes two modules holding facts only (names, types, version ranges, error numbers), no prose:
 
 - ``minibroker/protocol/schema.py``: one declaration per message, every version;
-- ``minibroker/protocol/error_codes.py``: Kafka's error codes as an IntEnum.
+- ``minibroker/errors/codes.py``: Kafka's error codes as an IntEnum.
 
 Usage: ``python scripts/gen_protocol.py [--shared DIR] [--check]``; ``--check`` exits 1 when the
 committed modules differ from what would be generated (the test suite uses it).
@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 PROJECT_SCHEMAS = os.path.join(ROOT, "scripts", "protocol-schemas")
 SCHEMA_OUT = os.path.join(ROOT, "minibroker", "protocol", "schema.py")
-ERRORS_OUT = os.path.join(ROOT, "minibroker", "protocol", "error_codes.py")
+ERRORS_OUT = os.path.join(ROOT, "minibroker", "errors", "codes.py")
 
 PRIMITIVES = {
     "bool",

@@ -1,7 +1,7 @@
 """Clean stops (issue 26, item 4): nothing of a test run outlives it.
 
 - a process-mode broker stops when the process that started it is gone, kill -9 included, whichever
-  thread started it (``minibroker.parent_watch``, ``minibroker.testing.tied_to_this_process``);
+  thread started it (``minibroker.server.parent_watch``, ``minibroker.testing.tied_to_this_process``);
 - pytest killed with -9 mid-test leaves no broker, also under pytest-xdist (execnet interrupts a worker
   whose controller is gone after 5 s, and ends it 10 s later at the latest);
 - SIGTERM to ``scripts/run-tests.sh`` (the README's test command) with brokers up and the client suites
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from minibroker import parent_watch
 from minibroker.cli import main
+from minibroker.server import parent_watch
 from minibroker.testing import tied_to_this_process
 
 ROOT = Path(__file__).resolve().parents[1]

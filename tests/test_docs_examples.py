@@ -371,7 +371,7 @@ def _loopback_up() -> None:
 
 
 def _drive(plan_path: str, out_path: str) -> int:
-    from minibroker.parent_watch import watch_parent_pid
+    from minibroker.server.parent_watch import watch_parent_pid
     from minibroker.testing import tied_to_this_process
 
     watch_parent_pid()  # pytest gone (kill -9): this driver stops, and the brokers tied to it

@@ -17,10 +17,10 @@ import struct
 import crc32c
 import pytest
 
-from minibroker import replica_manager
 from minibroker.records import Compression, build_records, compress, v2
 from minibroker.records import validator as validator_module
 from minibroker.records.varint import encode_varint
+from minibroker.services import replica_manager
 from minibroker.tools.wire import WireClient
 
 NOW_ISH = 1_700_000_000_000

@@ -133,7 +133,7 @@ def test_unknown_tagged_fields_are_skipped():
 
 
 def test_records_field_is_zero_copy_and_regions_stay_parts(tmp_path):
-    from minibroker.file_region import FileRegion
+    from minibroker.protocol.file_region import FileRegion
 
     path = tmp_path / "seg"
     path.write_bytes(b"0123456789")

@@ -25,7 +25,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 from minibroker.protocol import codec
-from minibroker.security.quotas import DEFAULT, ClientRateQuota, Rate, throttle_ms
+from minibroker.services.quotas import DEFAULT, ClientRateQuota, Rate, throttle_ms
 from minibroker.tools.wire import WireClient
 
 # kafka-python leaks the socket of a closed client, reported later by GC
@@ -442,7 +442,7 @@ def test_a_failed_quota_save_changes_nothing(tmp_path, monkeypatch):
 
     import minibroker.storage.metadata_file as metadata_file
     from minibroker.errors import ErrorCode
-    from minibroker.security.quotas import ClientQuotas
+    from minibroker.services.quotas import ClientQuotas
 
     quotas = ClientQuotas(str(tmp_path))
     quotas.load()

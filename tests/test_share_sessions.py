@@ -1,5 +1,6 @@
-"""The share session cache (minibroker/share_sessions.py) on its own: epochs, the session limit, and what
-a closed session or a dropped connection releases. The wire behaviour is in test_share_groups_clients.py."""
+"""The share session cache (minibroker/services/share_sessions.py) on its own: epochs, the session limit, and
+what a closed session or a dropped connection releases. The wire behaviour is in
+test_share_groups_clients.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from minibroker.errors import ErrorCode as E
 from minibroker.errors import KafkaError
-from minibroker.share_sessions import ShareSessionCache, next_epoch
+from minibroker.services.share_sessions import ShareSessionCache, next_epoch
 
 
 class _Releases:

@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from minibroker.features import KAFKA_4_3
 from minibroker.handlers.client_telemetry import subscription_id
 from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.security.authorizer import STANDARD_AUTHORIZER
+from minibroker.services.features import KAFKA_4_3
 from minibroker.tools.wire import WireClient
 
 ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, ELECT_LEADERS = 34, 35, 43

@@ -556,7 +556,7 @@ class _Transport:
 
 
 def test_chunked_send_closes_on_a_file_that_shrank(tmp_path):
-    from minibroker.file_region import FileRegion
+    from minibroker.protocol.file_region import FileRegion
     from minibroker.server.connection import TLS_CHUNK, KafkaConnection
 
     path = tmp_path / "segment"

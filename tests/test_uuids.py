@@ -1,6 +1,6 @@
 import uuid
 
-from minibroker.uuids import uuid4_bytes, uuid4_text
+from minibroker.protocol.uuids import uuid4_bytes, uuid4_text
 
 
 def test_random_uuids_are_version_4_and_distinct():

@@ -65,7 +65,7 @@ from minibroker.coordinator.group_records import (
     encode_target_assignment_value,
 )
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.uuids import uuid4_text
+from minibroker.protocol.uuids import uuid4_text
 
 log = logging.getLogger("minibroker.groups")
 E = ErrorCode

@@ -55,7 +55,7 @@ from minibroker.coordinator.group_records import (
 from minibroker.coordinator.offsets_store import OffsetsTopic, StoredRecord
 from minibroker.coordinator.share_group_coordinator import ShareGroupCoordinator
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.uuids import uuid4_text
+from minibroker.protocol.uuids import uuid4_text
 
 log = logging.getLogger("minibroker.groups")
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple, NoReturn
 
 from minibroker.coordinator.group_records import partition_for
-from minibroker.errors import KafkaError
+from minibroker.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("minibroker.coordinator")
 
@@ -67,11 +67,8 @@ class InternalTopic:
     def ensure_topic(self) -> None:
         if self.exists:
             return
-        from minibroker.errors import ErrorCode
-        from minibroker.topic_admin import create_topic
-
-        try:
-            info = create_topic(self.broker, self.name, self.num_partitions, -1, self._topic_configs())
+        try:  # through the broker: topic creation is a service above the coordinators (Broker.create_topic)
+            info = self.broker.create_topic(self.name, self.num_partitions, -1, self._topic_configs())
         except KafkaError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise

@@ -21,7 +21,8 @@ A member that leaves, or whose session times out (``share.session.timeout.ms``),
 it had acquired are not released here, as in Kafka: librdkafka's close() sends the leave heartbeat and the
 final ShareAcknowledge (share session epoch -1, carrying its last accepts) at once on two connections, and
 a release on leave could win the race and refuse those accepts. The records come back when the member's
-share session closes or its connection drops (minibroker/share_sessions.py), or when their locks expire.
+share session closes or its connection drops (minibroker/services/share_sessions.py), or when their
+locks expire.
 
 The share-partition state itself (start offsets, in-flight records) is not kept here: it belongs to
 ``broker.share_partitions`` (in memory) and ``broker.share_state`` (durable); the admin operations

@@ -51,7 +51,7 @@ from minibroker.coordinator.share_partition import (
     check_acknowledgement_batches,
 )
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.file_region import FileRegion
+from minibroker.protocol.file_region import FileRegion
 
 __all__ = ["AcquiredRecords", "PartitionFetch", "SharePartitionManager"]
 

@@ -2,7 +2,7 @@
 
 Behaviour: lists exactly the APIs and version ranges that have handlers (the registry).
 v3+ adds supported and finalized features (KIP-584) as a one-node Kafka 4.3 cluster reports them
-(``minibroker/features.py``: metadata.version 4.3-IV0, kraft.version 1, ...), narrowed to the levels
+(``minibroker/services/features.py``: metadata.version 4.3-IV0, kraft.version 1, ...), narrowed to the levels
 whose behaviour is served here: a feature level that needs APIs is reported only while their handlers
 are registered at the versions it needs (``transaction.version`` 2, KIP-890 part 2, needs EndTxn v5;
 ``group.version`` 1 ConsumerGroupHeartbeat; ``share.version`` 1 ShareGroupHeartbeat;
@@ -16,9 +16,9 @@ error 35 and a v0-format body listing ApiVersions' own range, so every client ca
 
 from __future__ import annotations
 
-from minibroker.features import FINALIZED_FEATURES_EPOCH, FeatureLevel, advertised_features
 from minibroker.handlers.registry import HANDLERS, handles, served_versions
 from minibroker.protocol.codec import Struct
+from minibroker.services.features import FINALIZED_FEATURES_EPOCH, FeatureLevel, advertised_features
 
 API_KEY = 18
 

@@ -22,7 +22,7 @@ from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import denied
-from minibroker.topic_admin import check_new_partitions
+from minibroker.services.topic_admin import check_new_partitions
 
 MAX_RECORDS_PER_USER_OP = 10_000  # Kafka's QuorumController: one new partition is one record
 

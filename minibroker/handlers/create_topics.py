@@ -30,10 +30,10 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
+from minibroker.protocol.uuids import uuid4_bytes
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize, denied
-from minibroker.topic_admin import check_new_topic, topic_id_of
-from minibroker.uuids import uuid4_bytes
+from minibroker.services.topic_admin import check_new_topic, topic_id_of
 
 MAX_PARTITIONS_PER_REQUEST = 10_000  # Kafka: ReplicationControlManager.MAX_PARTITIONS_PER_BATCH
 

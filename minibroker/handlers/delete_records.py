@@ -19,7 +19,7 @@ from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import denied
-from minibroker.topic_names import is_internal
+from minibroker.services.topic_names import is_internal
 
 
 def _delete(broker, topic: str, partition: int, offset: int) -> int:

@@ -21,7 +21,7 @@ from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize
-from minibroker.topic_admin import delete_topic, topic_id_of, topic_name_for_id
+from minibroker.services.topic_admin import delete_topic, topic_id_of, topic_name_for_id
 
 TOPIC_DENIED = "Topic authorization failed."
 

@@ -36,7 +36,7 @@ from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from minibroker.security.authorizer import authorize
-from minibroker.topic_names import validate_topic_name
+from minibroker.services.topic_names import validate_topic_name
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 DYNAMIC_BROKER_LOGGER_CONFIG = 6

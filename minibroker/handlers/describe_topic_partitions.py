@@ -27,7 +27,7 @@ from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import denied
-from minibroker.topic_names import is_internal, validate_topic_name
+from minibroker.services.topic_names import is_internal, validate_topic_name
 
 
 def _error_topic(name, code, internal: bool = False, operations: int = NOT_ASKED) -> Struct:

@@ -20,7 +20,7 @@ magic 2, so their batches are down-converted (magic 0 for v0-v1, magic 1 for v2-
 them through Python: old clients pay for it.
 Authorization (with an authorizer): READ on each topic, else its partitions get TOPIC_AUTHORIZATION_FAILED
 (known or not; unknown topic ids stay UNKNOWN_TOPIC_ID), as Kafka checks consumer fetches.
-Quotas: with a consumer_byte_rate quota for the client (minibroker/security/quotas.py), max_bytes is
+Quotas: with a consumer_byte_rate quota for the client (minibroker/services/quotas.py), max_bytes is
 capped at what the quota allows in one go and the response's record bytes are counted when it is
 answered; over the quota the answer is Kafka's throttled one (no partitions; session id 0 unless the
 session was incremental), carries throttle_time_ms, and the connection is muted for it.
@@ -34,13 +34,13 @@ from __future__ import annotations
 import time
 
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionPartition
 from minibroker.handlers.leader_epochs import check_current_leader_epoch
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import denied
+from minibroker.services.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionPartition
 
 EMPTY = b""
 

@@ -36,8 +36,8 @@ from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize, denied
-from minibroker.topic_admin import create_topic
-from minibroker.topic_names import is_internal, validate_topic_name
+from minibroker.services.topic_admin import create_topic
+from minibroker.services.topic_names import is_internal, validate_topic_name
 
 
 def topic_metadata(broker, name: str, info, authorized_operations: int = NOT_ASKED) -> Struct:

@@ -31,7 +31,7 @@ Authorization (with an authorizer): WRITE on the transactional id, if any (else 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and WRITE on each topic (else its partitions get
 TOPIC_AUTHORIZATION_FAILED, before any existence check), as Kafka checks; idempotent producers need
 nothing more here (Kafka checks them at InitProducerId).
-Quotas: with a producer_byte_rate quota for the client (minibroker/security/quotas.py), the request's
+Quotas: with a producer_byte_rate quota for the client (minibroker/services/quotas.py), the request's
 record bytes are counted; over the quota the records are still appended, the response carries
 throttle_time_ms and the connection is muted for it (acks=0 too, without a response), as Kafka does.
 Gaps: before v12, no KIP-890 verification that a transactional batch's partition was added to its
@@ -49,9 +49,9 @@ from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.records import v2
 from minibroker.records.budget import ValidationDeferred
-from minibroker.replica_manager import INLINE_VALIDATION_WORK, report_unexpected
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize, denied
+from minibroker.services.replica_manager import INLINE_VALIDATION_WORK, report_unexpected
 
 log = logging.getLogger("minibroker.produce")
 

@@ -3,8 +3,8 @@
 Behaviour: a share group member accepts (1), releases (2) or rejects (3) the records it acquired with
 ShareFetch, by (first offset, last offset, types) batches per partition: types holds one type for the
 whole range or one per offset, 0 marking an offset without a record (a gap). The member's share session
-(minibroker/share_sessions.py) must exist and the request carry its next epoch, which then moves on by
-one (SHARE_SESSION_NOT_FOUND 122, INVALID_SHARE_SESSION_EPOCH 123; epoch 0 is always 123, only ShareFetch
+(minibroker/services/share_sessions.py) must exist and the request carry its next epoch, which then moves on
+by one (SHARE_SESSION_NOT_FOUND 122, INVALID_SHARE_SESSION_EPOCH 123; epoch 0 is always 123, only ShareFetch
 opens sessions). Epoch -1 applies the acknowledgements and then closes the session, releasing every
 record the member still holds. Each named partition is answered with its own code: INVALID_REQUEST for
 malformed batches (unordered, overlapping, first > last, a types list of the wrong length, an unknown
@@ -40,7 +40,7 @@ from minibroker.handlers.share_requests import (
     share_groups_served,
 )
 from minibroker.protocol.codec import Struct
-from minibroker.share_sessions import FINAL_EPOCH
+from minibroker.services.share_sessions import FINAL_EPOCH
 
 
 def _response(code=ErrorCode.NONE, message=None, responses=(), lock_ms=0) -> Struct:

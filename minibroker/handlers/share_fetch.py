@@ -1,9 +1,9 @@
 """ShareFetch: v1-v2 (KIP-932; v2 KIP-1206 and KIP-1222).
 
 Behaviour: a share group member fetches from the partitions of its share session
-(minibroker/share_sessions.py) and each record handed out is *acquired* for it, locked for the group's
-``share.record.lock.duration.ms`` (AcquisitionLockTimeoutMs), until it acknowledges it or the lock runs
-out. Session epochs: 0 opens a session with the request's partitions (replacing the member's old one; no
+(minibroker/services/share_sessions.py) and each record handed out is *acquired* for it, locked for the
+group's ``share.record.lock.duration.ms`` (AcquisitionLockTimeoutMs), until it acknowledges it or the lock
+runs out. Session epochs: 0 opens a session with the request's partitions (replacing the member's old one; no
 acknowledgements allowed then: INVALID_REQUEST); otherwise the request must carry the session's next
 epoch (SHARE_SESSION_NOT_FOUND 122, INVALID_SHARE_SESSION_EPOCH 123), its ``topics`` add partitions and
 ``forgotten_topics_data`` removes them, and the epoch moves on by one; -1 applies the acknowledgements,
@@ -65,7 +65,7 @@ from minibroker.handlers.share_requests import (
     share_groups_served,
 )
 from minibroker.protocol.codec import Struct
-from minibroker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH
+from minibroker.services.share_sessions import FINAL_EPOCH, INITIAL_EPOCH
 
 BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
 EMPTY = b""

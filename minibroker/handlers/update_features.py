@@ -1,8 +1,8 @@
 """UpdateFeatures: v0-v2.
 
-Behaviour: the feature levels are fixed: those ApiVersions reports (Kafka 4.3's, minibroker/features.py,
-narrowed to the levels served here; a feature served at no level above 0 supports only 0, as a feature
-the node does not know). Each update is checked as
+Behaviour: the feature levels are fixed: those ApiVersions reports (Kafka 4.3's,
+minibroker/services/features.py, narrowed to the levels served here; a feature served at no level above 0
+supports only 0, as a feature the node does not know). Each update is checked as
 Kafka's FeatureControlManager checks it, in its order and with its messages: a known upgrade type (1
 upgrade, 2 safe downgrade, 3 unsafe downgrade; v0's allow_downgrade means safe downgrade), a level of 0
 or more, a level within the range this node supports ("Local controller N only supports versions ..."),
@@ -20,12 +20,12 @@ result per feature on success, v2 none. ApiVersions reports the levels (the same
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode
-from minibroker.features import KAFKA_4_3
 from minibroker.handlers.api_versions import served_features
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize
+from minibroker.services.features import KAFKA_4_3
 
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 

@@ -27,9 +27,9 @@ from minibroker.coordinator.offsets_store import OFFSETS_TOPIC
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
-from minibroker.replica_manager import report_unexpected
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize
+from minibroker.services.replica_manager import report_unexpected
 
 
 def _write(broker, marker, topic: str, partition: int) -> ErrorCode:

@@ -21,8 +21,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from minibroker.errors import ProtocolViolation
-from minibroker.file_region import FileRegion
 from minibroker.protocol.declarations import ZERO_UUID, F, Message, in_range
+from minibroker.protocol.file_region import FileRegion
 from minibroker.protocol.schema import MESSAGES
 
 Struct = SimpleNamespace

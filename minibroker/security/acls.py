@@ -9,7 +9,7 @@ The codes are Kafka's (``AclOperation``, ``ResourceType``, ``PatternType``, ``Ac
 
 Persistence: ``minibroker-acls.json`` at the log dir root (minibroker/storage/metadata_file.py), where
 Kafka keeps ACLs in its metadata log. The AclStore is the one owner of the set: it is used from the
-event loop only, loaded before the broker serves (minibroker/services.py), and rewrites the file on
+event loop only, loaded before the broker serves (minibroker/services/__init__.py), and rewrites the file on
 every change; a change whose file cannot be written is undone and reported as an OSError.
 """
 

@@ -54,8 +54,8 @@ class Broker:
         self.producer_ids = None
         self.fetch_sessions = None
         self.share_partitions = None  # coordinator.share_partition_manager.SharePartitionManager (KIP-932)
-        self.share_sessions = None  # minibroker.share_sessions.ShareSessionCache (KIP-932)
-        self.client_quotas = None  # minibroker.security.quotas.ClientQuotas, loaded in start_services
+        self.share_sessions = None  # minibroker.services.share_sessions.ShareSessionCache (KIP-932)
+        self.client_quotas = None  # minibroker.services.quotas.ClientQuotas, loaded in start_services
         self.authorizer = None  # security.authorizer.Authorizer when authorizer.class.name is set
         self.bound: list[Endpoint] = []
         self.advertised: list[Endpoint] = []
@@ -228,6 +228,14 @@ class Broker:
 
         validate_topic_configs(configs)
         return {k: v for k, v in configs.items() if v is not None}
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict):
+        """Check and create a topic (minibroker/services/topic_admin.py); returns its TopicInfo. The
+        coordinators create their internal topics through it: they sit below the services and do not
+        import them, as Kafka's coordinators leave topic creation to the broker."""
+        from minibroker.services.topic_admin import create_topic
+
+        return create_topic(self, name, partitions, replication_factor, configs)
 
     def _start_services(self) -> None:
         """Coordinators and caches beside the log; each module is optional until it exists."""

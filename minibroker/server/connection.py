@@ -26,7 +26,7 @@ Rules kept here:
   transport's own buffer is empty, so record bytes never pass through Python; on TLS connections
   (SSL, SASL_SSL) they are read in ``TLS_CHUNK`` pieces and written to the TLS transport instead,
   with at most ``TLS_WINDOW`` bytes waiting in it;
-- a client over a quota (minibroker/security/quotas.py) is answered at once with the throttle time,
+- a client over a quota (minibroker/services/quotas.py) is answered at once with the throttle time,
   then muted as KIP-219 says: ``throttle(ms)`` stops handling and reading its requests until a timer
   fires, on top of the other reasons to pause reading;
 - on SASL listeners ``sasl`` (minibroker/security/sasl/authenticator.py) says which requests may be
@@ -46,10 +46,10 @@ import struct
 import time
 
 from minibroker.errors import ProtocolViolation
-from minibroker.file_region import FileRegion
 from minibroker.handlers.api_versions import unsupported_version_body
 from minibroker.handlers.registry import HANDLERS, CloseConnection
 from minibroker.protocol import codec
+from minibroker.protocol.file_region import FileRegion
 from minibroker.security.principal import ANONYMOUS
 from minibroker.security.sasl import new_authenticator
 

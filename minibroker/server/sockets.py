@@ -24,7 +24,7 @@ SocketServer, Acceptor and ConnectionQuotas do (one event loop here instead of t
 - ``max.connection.creation.rate`` (broker-wide: over it, the next accept waits the throttle time) and
   the ``connection_creation_rate`` client quota per address (over it, the connection is held without
   an answer for the throttle time, then closed), measured as Kafka's ConnectionQuotas measures them
-  (minibroker/security/quotas.py);
+  (minibroker/services/quotas.py);
 - ``queued.max.request.bytes``: the ``MemoryPool`` every connection reserves request bytes from
   (minibroker/server/connection.py);
 - SSL and SASL_SSL listeners: the TLS handshake runs before the connection is made, within
@@ -44,7 +44,7 @@ import errno
 import logging
 import socket
 
-from minibroker.security.quotas import SENSOR_SWEEP_MIN, ClientQuotas, Rate, address_key, now_ms, throttle_ms
+from minibroker.services.quotas import SENSOR_SWEEP_MIN, ClientQuotas, Rate, address_key, now_ms, throttle_ms
 
 log = logging.getLogger("minibroker.server")
 

@@ -16,7 +16,7 @@ import base64
 import os
 import time
 
-from minibroker.uuids import uuid4_bytes
+from minibroker.protocol.uuids import uuid4_bytes
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE", "LOG_START_OFFSET_CHECKPOINT", "RECOVERY_POINT_CHECKPOINT",

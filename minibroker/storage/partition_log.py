@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.file_region import FileRegion
+from minibroker.protocol.file_region import FileRegion
 from minibroker.records.framing import EntryInfo, scan_entries
 from minibroker.storage import checkpoints
 from minibroker.storage.segment import LogSegment

@@ -1111,7 +1111,7 @@ def _append_config(overrides: dict[str, str], magic: int):
     from minibroker.records import AppendConfig
 
     try:
-        from minibroker.replica_manager import append_config_for
+        from minibroker.services.replica_manager import append_config_for
 
         config = append_config_for(overrides, {"message.max.bytes": 1048588})
     except Exception:  # noqa: BLE001 - an override the mapping refuses: Kafka's defaults

@@ -90,7 +90,7 @@ class FailedAuthenticationLog:
 
 class SaslListeners:
     """The broker's SASL side: each SASL listener's settings, the SCRAM credentials, the failure log.
-    Built at start-up (minibroker/services.py); hands each new connection its authenticator."""
+    Built at start-up (minibroker/services/__init__.py); hands each new connection its authenticator."""
 
     def __init__(self, config, credentials):
         self.settings = sasl_listener_settings(config)

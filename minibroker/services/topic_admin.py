@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.topic_names import collision_key, validate_topic_name
+from minibroker.services.topic_names import collision_key, validate_topic_name
 
 MAX_PARTITIONS = 100_000
 

@@ -13,7 +13,7 @@ def start_services(broker) -> None:
     from minibroker.security.authorizer import Authorizer
 
     broker.authorizer = Authorizer.from_config(broker.config)  # ACLs loaded before the first request
-    from minibroker.security.quotas import ClientQuotas
+    from minibroker.services.quotas import ClientQuotas
 
     broker.client_quotas = ClientQuotas.from_config(broker.config)
     broker.client_quotas.load()  # quotas apply from the first request
@@ -22,8 +22,8 @@ def start_services(broker) -> None:
 
     broker.scram_credentials = ScramCredentialStore(broker.config.data_dir)  # before the first SASL login
     broker.sasl_listeners = SaslListeners(broker.config, broker.scram_credentials)
-    from minibroker.fetch_sessions import FetchSessionCache
-    from minibroker.replica_manager import ReplicaManager
+    from minibroker.services.fetch_sessions import FetchSessionCache
+    from minibroker.services.replica_manager import ReplicaManager
 
     broker.replicas = ReplicaManager(broker)
     broker.on_close(broker.replicas.write_snapshots)
@@ -51,7 +51,7 @@ def start_services(broker) -> None:
     # share partitions load from broker.share_state on first use (a ShareFetch), not here
     broker.share_partitions = SharePartitionManager(broker)
     broker.on_close(broker.share_partitions.close)
-    from minibroker.share_sessions import ShareSessionCache
+    from minibroker.services.share_sessions import ShareSessionCache
 
     # after the share partitions: a session's end releases its member's records there
     broker.share_sessions = ShareSessionCache(broker, broker.config["group.share.max.share.sessions"])

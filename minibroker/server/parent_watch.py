@@ -31,7 +31,7 @@ PARENT_PIPE_ENV = "MINIBROKER_PARENT_PIPE_FD"
 GRACE_S = 5.0  # from SIGTERM to SIGKILL when the clean stop does not end the process
 POLL_S = 0.5  # watch_parent_pid's interval
 
-log = logging.getLogger("minibroker.parent_watch")
+log = logging.getLogger("minibroker.server.parent_watch")
 
 
 def watch_pipe_from_environment() -> bool:

@@ -1,7 +1,7 @@
 """Client quotas, as Kafka's ClientQuotaManager, ClientRequestQuotaManager and ConnectionQuotas keep them.
 
-Owner: ``ClientQuotas`` (``broker.client_quotas``, created and loaded by minibroker/services.py before the
-broker serves; event loop only). It holds the quota configs per entity, persisted whole in
+Owner: ``ClientQuotas`` (``broker.client_quotas``, created and loaded by minibroker/services/__init__.py
+before the broker serves; event loop only). It holds the quota configs per entity, persisted whole in
 ``minibroker-client-quotas.json`` at the log dir root (Kafka keeps them in its metadata log), and one
 ``ClientRateQuota`` per enforced key with the windowed rate sensors that measure each client against it.
 ``ConnectionRateQuotas`` (the SocketServer's, minibroker/server/sockets.py) measures connection creation
