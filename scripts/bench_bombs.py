@@ -8,7 +8,7 @@ own codec: gzip, snappy, lz4, zstd; each waits for the answer to its bomb before
 ``--inflight`` for more). Its p50/p99/max with bombs are set against its own figures without, in
 the same run; the broker's RSS (and its peak, VmHWM) and CPU are read from /proc.
 
-Bomb shapes (``--shapes``; built by ``minibroker.fuzzing.bombs``), each against a fresh broker:
+Bomb shapes (``--shapes``; built by tests/fuzzing/bombs.py), each against a fresh broker:
 
 - ``one-record``: 200 MiB of zeros as one record (snappy, which cannot expand more than ~22 times:
   20 MiB, ~1 MB compressed, what max.message.bytes lets through); a few KB compressed otherwise;
@@ -37,11 +37,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # the fuzzer: tests/fuzzing, not part of the package
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-from minibroker.fuzzing.bombs import CODECS, build_bomb  # noqa: E402
 from minibroker.protocol import codec  # noqa: E402
 from minibroker.records import build_records  # noqa: E402
+
+from fuzzing.bombs import CODECS, build_bomb  # noqa: E402
 
 CODES = {
     0: "ok",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fuzz a broker with mutated real-client requests (issue 14, item 7): the long run.
 
-The same machinery as tests/test_fuzz.py (minibroker.fuzzing), standalone, against a broker in its
+The same machinery as tests/test_fuzz.py (tests/fuzzing), standalone, against a broker in its
 own process (``--mode thread`` runs it in this process instead):
 
 - seeds: our codec's frames for every served API key and version, and the frames real clients sent
@@ -38,16 +38,18 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # the fuzzer: tests/fuzzing, not part of the package
 
-from minibroker.fuzzing.harness import (  # noqa: E402
+from minibroker.testing import BrokerRunner  # noqa: E402
+
+from fuzzing.harness import (  # noqa: E402
     Client,
     FileLogWatch,
     Oracle,
     ThreadLogWatch,
     seed_frames,
 )
-from minibroker.fuzzing.mutate import Bombs, MutationConfig, RandomChooser, make_exchange  # noqa: E402
-from minibroker.testing import BrokerRunner  # noqa: E402
+from fuzzing.mutate import Bombs, MutationConfig, RandomChooser, make_exchange  # noqa: E402
 
 CORPUS = os.path.join(ROOT, "tests", "data", "fuzz_client_frames.txt")
 
@@ -310,8 +312,8 @@ def replay(args) -> int:
 
 
 def capture(args) -> int:
-    from minibroker.fuzzing.capture import capture_clients
-    from minibroker.fuzzing.corpus import save_client_frames
+    from fuzzing.capture import capture_clients
+    from fuzzing.corpus import save_client_frames
 
     frames, ids = capture_clients()
     n = save_client_frames(args.corpus, frames, ids)

@@ -23,12 +23,13 @@ import time
 import pytest
 from test_hostile_produce import end_offsets, produce  # one raw Produce / ListOffsets helper
 
-from minibroker.fuzzing.bombs import CODECS, MiB, zero_records  # values of zeros, compressed as a stream
 from minibroker.handlers import produce as produce_handler
 from minibroker.protocol import codec
 from minibroker.records import Compression, build_records, v2
 from minibroker.services import replica_manager
 from minibroker.tools.wire import WireClient
+
+from fuzzing.bombs import CODECS, MiB, zero_records  # values of zeros, compressed as a stream
 
 NOW_ISH = int(time.time() * 1000)
 

@@ -2,7 +2,7 @@
 
 ``test_mutated_requests`` is a Hypothesis test (derandomized: the same examples every run, shrunk
 when one fails) over a real socket to an in-process broker. Each example is an exchange built by
-``minibroker.fuzzing.mutate`` from a seed frame (real clients' frames from
+``fuzzing.mutate`` from a seed frame (real clients' frames from
 tests/data/fuzz_client_frames.txt, and our codec's frames for every served API key and version):
 bit flips, inserts, deletes, truncation, corrupted lengths and varints, boundary integers, odd
 strings and client ids, out-of-range keys and versions, tag buffers, record batches mutated and
@@ -29,8 +29,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minibroker.fuzzing.corpus import codec_frames, load_client_frames, served_pairs
-from minibroker.fuzzing.harness import (
+from minibroker.handlers.registry import HANDLERS
+from minibroker.protocol import codec
+from minibroker.records import Compression, build_records
+from minibroker.testing import BrokerRunner
+from minibroker.tools.wire import WireClient
+
+from fuzzing.corpus import codec_frames, load_client_frames, served_pairs
+from fuzzing.harness import (
     ORACLE_TOPICS,
     Client,
     FramePlan,
@@ -40,13 +46,8 @@ from minibroker.fuzzing.harness import (
     predict,
     seed_frames,
 )
-from minibroker.fuzzing.mutate import Bombs, HypothesisChooser, MutationConfig, RandomChooser, make_exchange
-from minibroker.fuzzing.walk import walk_request
-from minibroker.handlers.registry import HANDLERS
-from minibroker.protocol import codec
-from minibroker.records import Compression, build_records
-from minibroker.testing import BrokerRunner
-from minibroker.tools.wire import WireClient
+from fuzzing.mutate import Bombs, HypothesisChooser, MutationConfig, RandomChooser, make_exchange
+from fuzzing.walk import walk_request
 
 CORPUS = os.path.join(os.path.dirname(__file__), "data", "fuzz_client_frames.txt")
 EXAMPLES = 2000
@@ -117,7 +118,7 @@ def test_the_fuzz_run_reached_the_handlers(fuzz_env):
 
 
 def test_codec_frames_cover_every_served_key_and_version():
-    from minibroker.fuzzing.corpus import Names
+    from fuzzing.corpus import Names
 
     frames = codec_frames(Names({"fz-a": 3}), seed=3)
     assert {(f.api_key, f.version) for f in frames} == set(served_pairs())
@@ -139,7 +140,7 @@ def test_client_frames_are_small_and_from_every_client():
 
 
 def test_exchanges_are_reproducible_from_their_seed():
-    from minibroker.fuzzing.corpus import Names
+    from fuzzing.corpus import Names
 
     seeds = codec_frames(Names({"fz-a": 3}), seed=1)
     cfg = MutationConfig(bombs=Bombs(1 << 20))

@@ -23,7 +23,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.fuzzing.bombs import CODECS, MiB, build_bomb
 from minibroker.records import (
     AppendConfig,
     AppendPath,
@@ -39,6 +38,8 @@ from minibroker.records import (
     validate_and_assign,
 )
 from minibroker.records.codecs import StreamCompressor, decompress, iter_decompress
+
+from fuzzing.bombs import CODECS, MiB, build_bomb
 
 NOW = 1_700_000_000_000
 

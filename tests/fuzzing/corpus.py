@@ -3,7 +3,7 @@
 Two sources, both whole request frames (header and body, no size prefix):
 
 - client frames: captured from kafka-python, confluent-kafka and aiokafka by
-  ``minibroker.fuzzing.capture`` (``scripts/fuzz.py capture``) and kept in a small text file, one
+  ``fuzzing.capture`` (``scripts/fuzz.py capture``) and kept in a small text file, one
   frame a line (``label<TAB>base64``), topic ids of the capture run on ``#topic`` lines so that
   ``load_client_frames`` can rewrite them to the ids the fuzzed broker gave the same topics;
 - codec frames: ``codec_frames`` fills every field of every served API key at every served version
@@ -18,11 +18,12 @@ import base64
 import random
 from dataclasses import dataclass, field
 
-from minibroker.fuzzing.walk import WalkError, walk_request
 from minibroker.handlers.registry import HANDLERS
 from minibroker.protocol import codec
 from minibroker.protocol.declarations import in_range
 from minibroker.records import Compression, build_records
+
+from fuzzing.walk import WalkError, walk_request
 
 NOW_MS = 1_700_000_000_000
 CODECS = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
@@ -107,7 +108,7 @@ def save_client_frames(
         if frame not in bucket and len(bucket) < per_kind:
             bucket.append(frame)
     lines = [
-        "# request frames captured from real clients by scripts/fuzz.py capture (minibroker.fuzzing)",
+        "# request frames captured from real clients by scripts/fuzz.py capture (tests/fuzzing)",
         "# label<TAB>base64 of the frame (header + body, no size prefix)",
     ]
     lines += [f"#topic {name} {tid.hex()}" for name, tid in sorted(topic_ids.items())]

@@ -35,11 +35,12 @@ import time
 from dataclasses import dataclass, field
 
 from minibroker.errors import ProtocolViolation
-from minibroker.fuzzing.corpus import Names
 from minibroker.handlers.registry import HANDLERS
 from minibroker.protocol import codec
 from minibroker.records import Compression, build_records
 from minibroker.tools.wire import WireClient
+
+from fuzzing.corpus import Names
 
 WAIT_CUTOFF_MS = 1000  # a Fetch whose max_wait_ms is above this may legitimately wait past the cutoff
 WAITING_APIS = {11: "JoinGroup", 14: "SyncGroup"}  # wait for other members, up to timeouts a frame sets
@@ -774,7 +775,7 @@ class Oracle:
 def seed_frames(oracle: Oracle, corpus_path: str | None, seed: int = 0, variants: int = 2):
     """The seeds of a run: our codec's frames for every served key and version (filled with the names
     ``oracle`` set up) and, when ``corpus_path`` exists, the captured client frames."""
-    from minibroker.fuzzing.corpus import codec_frames, load_client_frames
+    from fuzzing.corpus import codec_frames, load_client_frames
 
     seeds = codec_frames(oracle.names(), seed, variants)
     if corpus_path and os.path.exists(corpus_path):

@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 
 import crc32c
 
-from minibroker.fuzzing.corpus import SeedFrame
-from minibroker.fuzzing.walk import Span, WalkError, walk_request
 from minibroker.records import Compression, compress, decompress
 from minibroker.records.varint import encode_varint
+
+from fuzzing.corpus import SeedFrame
+from fuzzing.walk import Span, WalkError, walk_request
 
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
