@@ -17,10 +17,9 @@ import re
 from enum import IntEnum
 
 from minibroker.coordinator.group_records import ClassicMemberMetadata, OffsetCommitValue
+from minibroker.coordinator.modern_group import TopicAssignment
+from minibroker.coordinator.modern_group import frozen as _frozen
 
-TopicAssignment = dict[bytes, set[int]]
-
-LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 
 
@@ -70,14 +69,6 @@ class ConsumerMember:
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
-
-
-def _frozen(a: TopicAssignment) -> frozenset:
-    return frozenset((t, frozenset(ps)) for t, ps in a.items() if ps)
-
-
-def same_assignment(a: TopicAssignment, b: TopicAssignment) -> bool:
-    return _frozen(a) == _frozen(b)
 
 
 class ConsumerGroup:

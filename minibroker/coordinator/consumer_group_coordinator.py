@@ -19,23 +19,19 @@ before the answer; if the append fails the group is restored and the error retur
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple
 
 from minibroker.config import BROKER_CONFIGS
 from minibroker.coordinator import assignors
 from minibroker.coordinator.classic_group import GroupState
 from minibroker.coordinator.consumer_group import (
-    LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
     RegexError,
-    TopicAssignment,
     compile_re2,
     is_subset,
     reconcile,
-    same_assignment,
 )
 from minibroker.coordinator.consumer_protocol import (
     PROTOCOL_TYPE,
@@ -62,8 +58,17 @@ from minibroker.coordinator.group_records import (
     encode_member_metadata_value,
     encode_offset_commit_key,
     encode_partition_metadata_value,
-    encode_target_assignment_value,
 )
+from minibroker.coordinator.modern_group import (
+    LEAVE_EPOCH,
+    GroupChanges,
+    HeartbeatResult,
+    ModernGroupCoordinator,
+    TopicAssignment,
+    check_member_epoch,
+    same_assignment,
+)
+from minibroker.coordinator.modern_group import fail as _fail
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.uuids import uuid4_text
 
@@ -73,110 +78,54 @@ E = ErrorCode
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-class HeartbeatResult(NamedTuple):
-    error: ErrorCode
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: TopicAssignment | None = None
+class _Changes(GroupChanges):
+    """What one operation changed in a consumer group: the records to append."""
 
-
-def _fail(code: ErrorCode, message: str) -> KafkaError:
-    return KafkaError(code, message)
-
-
-class _Changes:
-    """What one operation changed in a group: the records to append."""
+    MEMBER_METADATA = CONSUMER_GROUP_MEMBER_METADATA
+    CURRENT_ASSIGNMENT = CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT
+    TARGET_MEMBER = CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER
+    TARGET_METADATA = CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA
 
     def __init__(self) -> None:
-        self.member_metadata: set[str] = set()
-        self.current: set[str] = set()
-        self.target: set[str] = set()
-        self.removed: set[str] = set()
-        self.group_epoch = False
-        self.target_epoch = False
+        super().__init__()
         self.partition_metadata = False
 
-    def records(self, group: ConsumerGroup) -> list[tuple[bytes, bytes | None]]:
+    def member_metadata_value(self, m: ConsumerMember) -> bytes:
+        return encode_member_metadata_value(MemberMetadataValue(
+            m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
+            m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor, m.classic))
+
+    def group_records(self, group: ConsumerGroup) -> list[tuple[bytes, bytes | None]]:
         gid = group.group_id
         out: list[tuple[bytes, bytes | None]] = []
-        for member_id in sorted(self.member_metadata - self.removed):
-            m = group.members[member_id]
-            out.append((encode_consumer_group_key(CONSUMER_GROUP_MEMBER_METADATA, gid, member_id),
-                        encode_member_metadata_value(MemberMetadataValue(
-                            m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
-                            m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor, m.classic))))
         if self.partition_metadata:
             out.append((encode_consumer_group_key(CONSUMER_GROUP_PARTITION_METADATA, gid),
                         encode_partition_metadata_value(group.subscription_metadata)))
         if self.group_epoch:
             out.append((encode_consumer_group_key(CONSUMER_GROUP_METADATA, gid),
                         encode_epoch_value(group.group_epoch)))
-        for member_id in sorted(self.target - self.removed):
-            out.append((encode_consumer_group_key(CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, gid, member_id),
-                        encode_target_assignment_value(group.target.get(member_id, {}))))
-        if self.target_epoch:
-            out.append((encode_consumer_group_key(CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, gid),
-                        encode_epoch_value(group.assignment_epoch)))
-        for member_id in sorted(self.current - self.removed):
-            m = group.members[member_id]
-            out.append((encode_consumer_group_key(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, gid, member_id),
-                        encode_current_assignment_value(CurrentAssignmentValue(
-                            m.member_epoch, m.previous_member_epoch, int(m.state), m.assigned,
-                            m.pending_revocation))))
-        for member_id in sorted(self.removed):  # Kafka's order for a leaving member's tombstones
-            for record_type in (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
-                                CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, CONSUMER_GROUP_MEMBER_METADATA):
-                out.append((encode_consumer_group_key(record_type, gid, member_id), None))
         return out
 
+    def current_assignment_value(self, m: ConsumerMember) -> bytes:
+        return encode_current_assignment_value(CurrentAssignmentValue(
+            m.member_epoch, m.previous_member_epoch, int(m.state), m.assigned, m.pending_revocation))
 
-class ConsumerGroupCoordinator:
+
+class ConsumerGroupCoordinator(ModernGroupCoordinator):
+    GROUP_TYPE = "consumer"
+    HEARTBEAT_API = "ConsumerGroupHeartbeat"
+    LEAVE_EPOCHS = (LEAVE_EPOCH, STATIC_LEAVE_EPOCH)
+
     def __init__(self, groups) -> None:
-        self.gc = groups  # the GroupCoordinator: store, loop, the shared group id space
-        cfg = groups.broker.config
-        self.broker = groups.broker
-
-        def setting(name):
-            try:
-                return cfg[name]
-            except KeyError:  # a partial configuration (unit tests of the classic coordinator)
-                return BROKER_CONFIGS[name].default
-
-        self.enabled = "consumer" in setting("group.coordinator.rebalance.protocols")
-        self.heartbeat_interval_ms = setting("group.consumer.heartbeat.interval.ms")
-        self.session_timeout_ms = setting("group.consumer.session.timeout.ms")
-        self.max_size = setting("group.consumer.max.size")
-        names = [assignors.assignor_name(a) for a in setting("group.consumer.assignors")]
+        super().__init__(groups)
+        names = [assignors.assignor_name(a) for a in self.setting("group.consumer.assignors")]
         self.assignors = [n for n in names if n is not None] or [assignors.UNIFORM]
-        self.configs = getattr(groups, "configs", None)  # GroupConfigs: per-group overrides
         self.groups: dict[str, ConsumerGroup] = {}
-        self._session_timers: dict[tuple[str, str], object] = {}
         self._rebalance_timers: dict[tuple[str, str], object] = {}
+        self._timer_maps.append(self._rebalance_timers)
         self._regex_cache: dict[str, object] = {}
 
-    def session_timeout(self, group_id: str) -> int:
-        """The group's consumer.session.timeout.ms, else the broker's group.consumer.session.timeout.ms."""
-        if self.configs is None:
-            return self.session_timeout_ms
-        return self.configs.value(group_id, "consumer.session.timeout.ms")
-
-    def heartbeat_interval(self, group_id: str) -> int:
-        if self.configs is None:
-            return self.heartbeat_interval_ms
-        return self.configs.value(group_id, "consumer.heartbeat.interval.ms")
-
-    def close(self) -> None:
-        for handle in [*self._session_timers.values(), *self._rebalance_timers.values()]:
-            handle.cancel()
-        self._session_timers.clear()
-        self._rebalance_timers.clear()
-
     # -- topics ---------------------------------------------------------------------------------
-
-    def _topics(self) -> dict:
-        return self.broker.logs.topics
 
     def _regex(self, pattern: str):
         compiled = self._regex_cache.get(pattern)
@@ -249,20 +198,7 @@ class ConsumerGroupCoordinator:
     # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
 
     def heartbeat(self, r, version: int, client_id: str, client_host: str) -> HeartbeatResult:
-        try:
-            if not self.enabled:
-                raise _fail(E.UNSUPPORTED_VERSION, "The consumer group protocol is not enabled.")
-            self._validate(r, version)
-            if self.gc.loading:
-                raise KafkaError(E.COORDINATOR_LOAD_IN_PROGRESS)
-            if r.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-                return self._leave(r)
-            return self._heartbeat(r, client_id, client_host)
-        except KafkaError as e:
-            return HeartbeatResult(e.code, e.message)
-        except Exception:  # a bug: the group was restored; the client gets Kafka's answer to the unexpected
-            log.exception("group %s: ConsumerGroupHeartbeat failed", r.group_id)
-            return HeartbeatResult(E.UNKNOWN_SERVER_ERROR, None)
+        return self._answer(r, lambda: self._validate(r, version), client_id, client_host)
 
     def _owned(self, r) -> list[tuple[bytes, list[int]]] | None:
         if r.topic_partitions is None:
@@ -378,12 +314,7 @@ class ConsumerGroupCoordinator:
             group.subscription_metadata = metadata
             changes.partition_metadata = True
             bump = True
-        if bump:
-            group.group_epoch += 1
-            changes.group_epoch = True
-            log.info("group %s: bumped group epoch to %d", group.group_id, group.group_epoch)
-        if group.group_epoch > group.assignment_epoch:
-            self._update_target(group, changes)
+        self._advance(group, changes, bump)
         new = reconcile(member, group.assignment_epoch, group.target.get(member_id, {}),
                         group.current_partition_epoch, owned)
         if new is not member:
@@ -450,14 +381,7 @@ class ConsumerGroupCoordinator:
                          for m in group.members.values()}
         name = group.preferred_assignor(self.assignors[0])
         assign = assignors.ASSIGNORS.get(name, assignors.uniform_assign)
-        new_target = assign(subscriptions, counts, group.target)
-        for member_id, assignment in new_target.items():
-            previous = group.target.get(member_id)
-            if previous is None or not same_assignment(assignment, previous):
-                changes.target.add(member_id)
-        group.target = new_target
-        group.assignment_epoch = group.group_epoch
-        changes.target_epoch = True
+        self._set_target(group, assign(subscriptions, counts, group.target), changes)
         log.info("group %s: new target assignment at epoch %d with the %s assignor", group.group_id,
                  group.assignment_epoch, name)
 
@@ -505,57 +429,29 @@ class ConsumerGroupCoordinator:
         return HeartbeatResult(E.NONE, None, r.member_id, r.member_epoch, 0, None)
 
     def fence(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
-        """Remove a member, bump the group epoch (raises KafkaError when the records cannot be written)."""
-        if member_id not in group.members:
-            return
-        if self._can_downgrade(group, member_id):
+        """Remove a member, bump the group epoch (raises KafkaError when the records cannot be written);
+        the last consumer-protocol member of a group of classic members turns it into a classic group."""
+        if member_id in group.members and self._can_downgrade(group, member_id):
             self._to_classic(group, member_id, reason)
             return
-        snap = group.snapshot()
-        changes = _Changes()
+        super().fence(group, member_id, reason)
+
+    def _changes(self) -> _Changes:
+        return _Changes()
+
+    def _remove_member(self, group: ConsumerGroup, member_id: str, changes: _Changes) -> None:
         group.remove_member(member_id)
-        changes.removed.add(member_id)
         metadata = self._subscription_metadata(group)
         if metadata != group.subscription_metadata:
             group.subscription_metadata = metadata
             changes.partition_metadata = True
-        group.group_epoch += 1
-        changes.group_epoch = True
-        try:
-            self.gc.store.append(group.group_id, changes.records(group))
-        except KafkaError:
-            group.restore(snap)
-            raise
-        self._cancel_timers(group.group_id, member_id)
-        log.info("group %s: member %s removed (%s); group epoch %d", group.group_id, member_id, reason,
-                 group.group_epoch)
-
-    def _fence_quietly(self, group_id: str, member_id: str, epoch: int | None, reason: str) -> None:
-        group = self.groups.get(group_id)
-        if group is None or self.gc._closed:
-            return
-        member = group.members.get(member_id)
-        if member is None or (epoch is not None and member.member_epoch != epoch):
-            return
-        try:
-            self.fence(group, member_id, reason)
-        except KafkaError as e:
-            log.warning("group %s: could not remove member %s: %s", group_id, member_id, e)
-            self._schedule_session(group, member_id)  # try again later
 
     # -- timers ---------------------------------------------------------------------------------
 
-    def _schedule_session(self, group: ConsumerGroup, member_id: str) -> None:
-        key = (group.group_id, member_id)
-        self._cancel(key, self._session_timers)
-        member = group.members.get(member_id)
-        timeout = member.classic.session_timeout_ms if member is not None and member.classic is not None \
+    def _member_session_timeout(self, group: ConsumerGroup, member_id: str) -> int:
+        member = group.members.get(member_id)  # a classic member keeps its JoinGroup session timeout
+        return member.classic.session_timeout_ms if member is not None and member.classic is not None \
             else self.session_timeout(group.group_id)
-        self._session_timers[key] = self.gc._call_later(timeout, self._session_expired, key)
-
-    def _session_expired(self, key: tuple[str, str]) -> None:
-        self._session_timers.pop(key, None)
-        self._fence_quietly(key[0], key[1], None, "its session timed out")
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         key = (group.group_id, member.member_id)
@@ -568,16 +464,6 @@ class ConsumerGroupCoordinator:
     def _rebalance_expired(self, key: tuple[str, str], epoch: int) -> None:
         self._rebalance_timers.pop(key, None)
         self._fence_quietly(key[0], key[1], epoch, "it did not revoke its partitions in time")
-
-    @staticmethod
-    def _cancel(key, timers: dict) -> None:
-        handle = timers.pop(key, None)
-        if handle is not None:
-            handle.cancel()
-
-    def _cancel_timers(self, group_id: str, member_id: str) -> None:
-        self._cancel((group_id, member_id), self._session_timers)
-        self._cancel((group_id, member_id), self._rebalance_timers)
 
     # -- online migration: classic members inside a consumer group ---------------------------------
 
@@ -881,19 +767,12 @@ class ConsumerGroupCoordinator:
 
     # -- ConsumerGroupDescribe ------------------------------------------------------------------
 
-    def describe(self, group_id: str):
-        """(error, message, group or None)."""
-        if self.gc.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, None, None
-        if not group_id:
-            return E.INVALID_GROUP_ID, None, None
-        group = self.groups.get(group_id)
-        if group is None:
-            share = getattr(self.gc, "share", None)
-            if group_id in self.gc.groups or (share is not None and group_id in share.groups):
-                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
-            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
-        return E.NONE, None, group
+    def other_type(self, group_id: str) -> str | None:
+        """The type of a group of another kind holding ``group_id`` ("classic", "share"), else None."""
+        if group_id in self.gc.groups:
+            return "classic"
+        share = getattr(self.gc, "share", None)
+        return "share" if share is not None and group_id in share.groups else None
 
     def default_assignor(self, group: ConsumerGroup) -> str:
         return group.preferred_assignor(self.assignors[0])
@@ -993,16 +872,9 @@ class ConsumerGroupCoordinator:
 
 
 def _check_epoch(member: ConsumerMember, epoch: int, owned) -> None:
-    """Kafka's throwIfConsumerGroupMemberEpochIsInvalid."""
-    if epoch > member.member_epoch:
-        raise _fail(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch ({epoch}) "
-                    f"than the one known by the group coordinator ({member.member_epoch}). The member must "
-                    "abandon all its partitions and rejoin.")
-    if epoch < member.member_epoch and (epoch != member.previous_member_epoch
-                                        or not is_subset(owned, member.assigned)):
-        raise _fail(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member epoch ({epoch}) "
-                    f"than the one known by the group coordinator ({member.member_epoch}). The member must "
-                    "abandon all its partitions and rejoin.")
+    """Kafka's throwIfConsumerGroupMemberEpochIsInvalid: the previous epoch only with no partition the
+    member does not own any more."""
+    check_member_epoch(member, epoch, "consumer", is_subset(owned, member.assigned))
 
 
 def _take_over(group: ConsumerGroup, existing: ConsumerMember, replacement: ConsumerMember,

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import copy
 
-TopicAssignment = dict[bytes, set[int]]
+from minibroker.coordinator.modern_group import LEAVE_EPOCH, TopicAssignment, frozen
 
-LEAVE_EPOCH = -1
+__all__ = ["LEAVE_EPOCH", "STABLE", "ShareGroup", "ShareMember", "TopicAssignment", "frozen"]
+
 STABLE = 0  # the member state ShareGroupCurrentMemberAssignment records hold (Kafka's MemberState)
 SIMPLE_ASSIGNOR = "simple"
 PROTOCOL_TYPE = "share"
@@ -47,10 +48,6 @@ class ShareMember:
     def assignment_key(self) -> tuple:
         """What a ShareGroupCurrentMemberAssignment record holds."""
         return self.member_epoch, self.previous_member_epoch, self.state, frozen(self.assigned)
-
-
-def frozen(a: TopicAssignment) -> frozenset:
-    return frozenset((t, frozenset(ps)) for t, ps in a.items() if ps)
 
 
 class ShareGroup:

@@ -35,7 +35,6 @@ import hashlib
 import logging
 from typing import NamedTuple
 
-from minibroker.config import BROKER_CONFIGS
 from minibroker.coordinator.group_records import (
     SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
     SHARE_GROUP_MEMBER_METADATA,
@@ -50,13 +49,18 @@ from minibroker.coordinator.group_records import (
     decode_share_group_metadata_value,
     decode_share_member_metadata_value,
     decode_target_assignment_value,
-    encode_epoch_value,
     encode_share_current_assignment_value,
     encode_share_group_key,
     encode_share_group_metadata_value,
     encode_share_member_metadata_value,
-    encode_target_assignment_value,
 )
+from minibroker.coordinator.modern_group import (
+    GroupChanges,
+    HeartbeatResult,
+    ModernGroupCoordinator,
+    check_member_epoch,
+)
+from minibroker.coordinator.modern_group import fail as _fail
 from minibroker.coordinator.share_group import (
     LEAVE_EPOCH,
     STABLE,
@@ -73,15 +77,6 @@ E = ErrorCode
 MAX_MEMBER_ID_LENGTH = 36  # a client-generated UUID's text
 
 
-class HeartbeatResult(NamedTuple):
-    error: ErrorCode
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: TopicAssignment | None = None
-
-
 class PartitionOffset(NamedTuple):
     """One partition's answer in DescribeShareGroupOffsets."""
 
@@ -93,100 +88,50 @@ class PartitionOffset(NamedTuple):
     message: str | None = None
 
 
-def _fail(code: ErrorCode, message: str | None = None) -> KafkaError:
-    return KafkaError(code, message)
-
-
 def _blank(s: str | None) -> bool:
     """Kafka's throwIfEmptyString: non-null and empty once stripped of whitespace."""
     return s is not None and s.strip() == ""
 
 
-class _Changes:
-    """What one operation changed in a group: the records to append."""
+class _Changes(GroupChanges):
+    """What one operation changed in a share group: the records to append."""
 
-    def __init__(self) -> None:
-        self.member_metadata: set[str] = set()
-        self.current: set[str] = set()
-        self.target: set[str] = set()
-        self.removed: set[str] = set()
-        self.group_epoch = False
-        self.target_epoch = False
+    MEMBER_METADATA = SHARE_GROUP_MEMBER_METADATA
+    CURRENT_ASSIGNMENT = SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT
+    TARGET_MEMBER = SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER
+    TARGET_METADATA = SHARE_GROUP_TARGET_ASSIGNMENT_METADATA
 
-    def records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
-        gid = group.group_id
-        out: list[tuple[bytes, bytes | None]] = []
-        for member_id in sorted(self.member_metadata - self.removed):
-            m = group.members[member_id]
-            out.append((encode_share_group_key(SHARE_GROUP_MEMBER_METADATA, gid, member_id),
-                        encode_share_member_metadata_value(ShareMemberMetadataValue(
-                            m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names))))
-        if self.group_epoch:
-            out.append((encode_share_group_key(SHARE_GROUP_METADATA, gid),
-                        encode_share_group_metadata_value(ShareGroupMetadataValue(group.group_epoch,
-                                                                                  group.metadata_hash))))
-        for member_id in sorted(self.target - self.removed):
-            out.append((encode_share_group_key(SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, gid, member_id),
-                        encode_target_assignment_value(group.target.get(member_id, {}))))
-        if self.target_epoch:
-            out.append((encode_share_group_key(SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, gid),
-                        encode_epoch_value(group.assignment_epoch)))
-        for member_id in sorted(self.current - self.removed):
-            m = group.members[member_id]
-            out.append((encode_share_group_key(SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, gid, member_id),
-                        encode_share_current_assignment_value(ShareCurrentAssignmentValue(
-                            m.member_epoch, m.previous_member_epoch, m.state, m.assigned))))
-        for member_id in sorted(self.removed):  # Kafka's order for a leaving member's tombstones
-            for record_type in (SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
-                                SHARE_GROUP_MEMBER_METADATA):
-                out.append((encode_share_group_key(record_type, gid, member_id), None))
-        return out
+    def member_metadata_value(self, m: ShareMember) -> bytes:
+        return encode_share_member_metadata_value(ShareMemberMetadataValue(
+            m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names))
+
+    def group_records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
+        if not self.group_epoch:
+            return []
+        value = ShareGroupMetadataValue(group.group_epoch, group.metadata_hash)
+        return [(encode_share_group_key(SHARE_GROUP_METADATA, group.group_id),
+                 encode_share_group_metadata_value(value))]
+
+    def current_assignment_value(self, m: ShareMember) -> bytes:
+        return encode_share_current_assignment_value(ShareCurrentAssignmentValue(
+            m.member_epoch, m.previous_member_epoch, m.state, m.assigned))
 
 
-class ShareGroupCoordinator:
+class ShareGroupCoordinator(ModernGroupCoordinator):
+    GROUP_TYPE = "share"
+    HEARTBEAT_API = "ShareGroupHeartbeat"
+    MEMBER = "share member"
+    GROUP_EPOCH = "share group epoch"
+
     def __init__(self, groups) -> None:
-        self.gc = groups  # the GroupCoordinator: store, loop, the shared group id space
-        self.broker = groups.broker
-        cfg = self.broker.config
-
-        def setting(name):
-            try:
-                return cfg[name]
-            except KeyError:  # a partial configuration (unit tests of the classic coordinator)
-                return BROKER_CONFIGS[name].default
-
-        self.enabled = "share" in setting("group.coordinator.rebalance.protocols")
-        self.heartbeat_interval_ms = setting("group.share.heartbeat.interval.ms")
-        self.session_timeout_ms = setting("group.share.session.timeout.ms")
-        self.max_size = setting("group.share.max.size")
-        self.configs = getattr(groups, "configs", None)  # GroupConfigs: per-group overrides
+        super().__init__(groups)
         self.groups: dict[str, ShareGroup] = {}
-        self._session_timers: dict[tuple[str, str], object] = {}
-
-    def close(self) -> None:
-        for handle in self._session_timers.values():
-            handle.cancel()
-        self._session_timers.clear()
-
-    def session_timeout(self, group_id: str) -> int:
-        """The group's share.session.timeout.ms, else the broker's group.share.session.timeout.ms."""
-        if self.configs is None:
-            return self.session_timeout_ms
-        return self.configs.value(group_id, "share.session.timeout.ms")
-
-    def heartbeat_interval(self, group_id: str) -> int:
-        if self.configs is None:
-            return self.heartbeat_interval_ms
-        return self.configs.value(group_id, "share.heartbeat.interval.ms")
 
     def is_member(self, group_id: str, member_id: str) -> bool:
         group = self.groups.get(group_id)
         return group is not None and member_id in group.members
 
     # -- topics ---------------------------------------------------------------------------------
-
-    def _topics(self) -> dict:
-        return self.broker.logs.topics
 
     def _metadata_hash(self, group: ShareGroup) -> int:
         """A hash of the subscribed topics that exist (name, id, partition count): it changes when one
@@ -233,20 +178,7 @@ class ShareGroupCoordinator:
             raise _fail(E.INVALID_REQUEST, "A string is longer than __consumer_offsets can store.")
 
     def heartbeat(self, r, client_id: str, client_host: str) -> HeartbeatResult:
-        try:
-            if not self.enabled:
-                raise _fail(E.UNSUPPORTED_VERSION, "The share group protocol is not enabled.")
-            self._validate(r)
-            if self.gc.loading:
-                raise KafkaError(E.COORDINATOR_LOAD_IN_PROGRESS)
-            if r.member_epoch == LEAVE_EPOCH:
-                return self._leave(r)
-            return self._heartbeat(r, client_id, client_host)
-        except KafkaError as e:
-            return HeartbeatResult(e.code, e.message)
-        except Exception:  # a bug: the group was restored; the client gets Kafka's answer to the unexpected
-            log.exception("group %s: ShareGroupHeartbeat failed", r.group_id)
-            return HeartbeatResult(E.UNKNOWN_SERVER_ERROR, None)
+        return self._answer(r, lambda: self._validate(r), client_id, client_host)
 
     def other_type(self, group_id: str) -> str | None:
         """The type of a group of another kind holding ``group_id`` ("classic", "consumer"), else None."""
@@ -306,12 +238,7 @@ class ShareGroupCoordinator:
             if metadata_hash != group.metadata_hash:
                 group.metadata_hash = metadata_hash
                 bump = True
-            if bump:
-                group.group_epoch += 1
-                changes.group_epoch = True
-                log.info("group %s: bumped share group epoch to %d", group.group_id, group.group_epoch)
-            if group.group_epoch > group.assignment_epoch:
-                self._update_target(group, changes)
+            self._advance(group, changes, bump)
             target = group.target.get(member_id, {})
             if member.member_epoch != group.assignment_epoch or frozen(member.assigned) != frozen(target):
                 member.previous_member_epoch = member.member_epoch
@@ -339,14 +266,8 @@ class ShareGroupCoordinator:
                                member.assigned if epoch == 0 or changed else None)
 
     def _update_target(self, group: ShareGroup, changes: _Changes) -> None:
-        new_target = {m.member_id: self._simple_assignment(m) for m in group.members.values()}
-        for member_id, assignment in new_target.items():
-            previous = group.target.get(member_id)
-            if previous is None or frozen(previous) != frozen(assignment):
-                changes.target.add(member_id)
-        group.target = new_target
-        group.assignment_epoch = group.group_epoch
-        changes.target_epoch = True
+        self._set_target(group, {m.member_id: self._simple_assignment(m) for m in group.members.values()},
+                         changes)
         log.info("group %s: new share target assignment at epoch %d", group.group_id, group.assignment_epoch)
 
     # -- leaving and fencing --------------------------------------------------------------------
@@ -362,65 +283,14 @@ class ShareGroupCoordinator:
         self.fence(group, r.member_id, "the member left")
         return HeartbeatResult(E.NONE, None, r.member_id, LEAVE_EPOCH, 0, None)
 
-    def fence(self, group: ShareGroup, member_id: str, reason: str) -> None:
-        """Remove a member and bump the group epoch; the records it holds stay acquired (see the module
-        docstring). Raises KafkaError when the group's records cannot be written."""
-        if member_id not in group.members:
-            return
-        snap = group.snapshot()
-        changes = _Changes()
+    def _changes(self) -> _Changes:
+        return _Changes()
+
+    def _remove_member(self, group: ShareGroup, member_id: str, changes: _Changes) -> None:
+        """The records the member holds stay acquired (see the module docstring)."""
         del group.members[member_id]
         group.target.pop(member_id, None)
-        changes.removed.add(member_id)
         group.metadata_hash = self._metadata_hash(group)
-        group.group_epoch += 1
-        changes.group_epoch = True
-        try:
-            self.gc.store.append(group.group_id, changes.records(group))
-        except KafkaError:
-            group.restore(snap)
-            raise
-        self._cancel_timer(group.group_id, member_id)
-        log.info("group %s: share member %s removed (%s); group epoch %d", group.group_id, member_id, reason,
-                 group.group_epoch)
-
-    # -- timers ---------------------------------------------------------------------------------
-
-    def _schedule_session(self, group: ShareGroup, member_id: str) -> None:
-        key = (group.group_id, member_id)
-        self._cancel_timer(*key)
-        self._session_timers[key] = self.gc._call_later(self.session_timeout(group.group_id),
-                                                        self._session_expired, key)
-
-    def _session_expired(self, key: tuple[str, str]) -> None:
-        self._session_timers.pop(key, None)
-        group = self.groups.get(key[0])
-        if group is None or self.gc._closed or key[1] not in group.members:
-            return
-        try:
-            self.fence(group, key[1], "its session timed out")
-        except KafkaError as e:
-            log.warning("group %s: could not remove share member %s: %s", key[0], key[1], e)
-            self._schedule_session(group, key[1])  # try again later
-
-    def _cancel_timer(self, group_id: str, member_id: str) -> None:
-        handle = self._session_timers.pop((group_id, member_id), None)
-        if handle is not None:
-            handle.cancel()
-
-    # -- ShareGroupDescribe ---------------------------------------------------------------------
-
-    def describe(self, group_id: str) -> tuple[ErrorCode, str | None, ShareGroup | None]:
-        if self.gc.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS, None, None
-        if not group_id:
-            return E.INVALID_GROUP_ID, None, None
-        group = self.groups.get(group_id)
-        if group is None:
-            if self.other_type(group_id) is not None:
-                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", None
-            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
-        return E.NONE, None, group
 
     # -- deleting -------------------------------------------------------------------------------
 
@@ -607,11 +477,4 @@ class ShareGroupCoordinator:
 def _check_epoch(member: ShareMember, epoch: int) -> None:
     """Kafka's throwIfShareGroupMemberEpochIsInvalid: the previous epoch is accepted (the answer that
     bumped it may have been lost)."""
-    if epoch > member.member_epoch:
-        raise _fail(E.FENCED_MEMBER_EPOCH, f"The share group member has a greater member epoch ({epoch}) "
-                    f"than the one known by the group coordinator ({member.member_epoch}). The member must "
-                    "abandon all its partitions and rejoin.")
-    if epoch < member.member_epoch and epoch != member.previous_member_epoch:
-        raise _fail(E.FENCED_MEMBER_EPOCH, f"The share group member has a smaller member epoch ({epoch}) "
-                    f"than the one known by the group coordinator ({member.member_epoch}). The member must "
-                    "abandon all its partitions and rejoin.")
+    check_member_epoch(member, epoch, "share")

@@ -14,12 +14,9 @@ Gaps: none known.
 
 from __future__ import annotations
 
-from minibroker.errors import ErrorCode
-from minibroker.handlers.authorized_operations import NOT_ASKED, group_operations
+from minibroker.handlers.modern_groups import describe_groups
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
-from minibroker.security.acls import AclOperation, ResourceType
-from minibroker.security.authorizer import authorize
 
 CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # MemberType (v1): -1 unknown, 0 classic (migration), 1 consumer
 
@@ -30,25 +27,12 @@ def _assignment(broker, assignment) -> Struct:
         for topic_id, ps in sorted(assignment.items()) if ps])
 
 
-def _failed(group_id: str, code: ErrorCode, message: str | None = None) -> Struct:
-    return Struct(error_code=int(code), error_message=message, group_id=group_id, group_state="",
-                  group_epoch=0, assignment_epoch=0, assignor_name="", members=[],
-                  authorized_operations=NOT_ASKED)
-
-
 @handles(69, (0, 1))
 def handle_consumer_group_describe(broker, header, request):
     coordinator = broker.groups.consumer
-    out = []
-    for group_id in request.group_ids:
-        if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            out.append(_failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED))
-            continue
-        error, message, group = coordinator.describe(group_id)
-        if group is None:
-            out.append(_failed(group_id, error, message))
-            continue
-        members = [Struct(
+
+    def members(group) -> list[Struct]:
+        return [Struct(
             member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host,
             subscribed_topic_names=list(m.subscribed_topic_names),
@@ -56,10 +40,5 @@ def handle_consumer_group_describe(broker, header, request):
             target_assignment=_assignment(broker, group.target.get(m.member_id, {})),
             member_type=CLASSIC_MEMBER if m.classic is not None else CONSUMER_MEMBER)
             for m in group.members.values()]
-        asked = request.include_authorized_operations
-        ops = group_operations(broker, header, group_id) if asked else NOT_ASKED
-        out.append(Struct(error_code=0, error_message=None, group_id=group_id, group_state=group.state,
-                          group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
-                          assignor_name=coordinator.default_assignor(group), members=members,
-                          authorized_operations=ops))
-    return Struct(throttle_time_ms=0, groups=out)
+
+    return describe_groups(broker, header, request, coordinator, members, coordinator.default_assignor)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from minibroker.errors import ErrorCode
 from minibroker.handlers.join_group import client_host
+from minibroker.handlers.modern_groups import failed_heartbeat, heartbeat_response
 from minibroker.handlers.registry import handles
-from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize
 
@@ -29,16 +29,7 @@ from minibroker.security.authorizer import authorize
 @handles(68, (0, 1))
 def handle_consumer_group_heartbeat(broker, header, request):
     if not authorize(broker, header, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return Struct(throttle_time_ms=0, error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
-                      error_message=None, member_id=None, member_epoch=0, heartbeat_interval_ms=0,
-                      assignment=None)
+        return failed_heartbeat(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     result = broker.groups.consumer.heartbeat(request, header.api_version, header.client_id or "",
                                               client_host(header))
-    assignment = None
-    if result.assignment is not None:
-        assignment = Struct(topic_partitions=[Struct(topic_id=topic_id, partitions=sorted(partitions))
-                                              for topic_id, partitions in sorted(result.assignment.items())
-                                              if partitions])
-    return Struct(throttle_time_ms=0, error_code=int(result.error), error_message=result.message,
-                  member_id=result.member_id, member_epoch=result.member_epoch,
-                  heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment)
+    return heartbeat_response(result)

@@ -17,47 +17,32 @@ from __future__ import annotations
 
 from minibroker.coordinator.share_group import SIMPLE_ASSIGNOR
 from minibroker.errors import ErrorCode
-from minibroker.handlers.authorized_operations import NOT_ASKED, group_operations
+from minibroker.handlers.modern_groups import describe_groups
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
-from minibroker.security.authorizer import authorize, denied
-
-
-def _failed(group_id: str, code: ErrorCode, message: str | None = None) -> Struct:
-    return Struct(error_code=int(code), error_message=message, group_id=group_id, group_state="",
-                  group_epoch=0, assignment_epoch=0, assignor_name="", members=[],
-                  authorized_operations=NOT_ASKED)
+from minibroker.security.authorizer import denied
 
 
 @handles(77, (1, 1))
 def handle_share_group_describe(broker, header, request):
-    coordinator = broker.groups.share
     names = {info.id: name for name, info in broker.logs.topics.items()}
-    out = []
-    for group_id in request.group_ids or ():
-        if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            out.append(_failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED))
-            continue
-        error, message, group = coordinator.describe(group_id)
-        if group is None:
-            out.append(_failed(group_id, error, message))
-            continue
+
+    def refuse(group) -> ErrorCode | None:  # every topic of the members' assignments, or nothing
         topics = {names[t] for m in group.members.values() for t, ps in m.assigned.items()
                   if ps and t in names}
         if denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, sorted(topics)):
-            out.append(_failed(group_id, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
-            continue
-        members = [Struct(
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        return None
+
+    def members(group) -> list[Struct]:
+        return [Struct(
             member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
             client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
             assignment=Struct(topic_partitions=[
                 Struct(topic_id=t, topic_name=names.get(t, ""), partitions=sorted(ps))
                 for t, ps in sorted(m.assigned.items()) if ps]))
             for m in group.members.values()]
-        asked = request.include_authorized_operations
-        ops = group_operations(broker, header, group_id) if asked else NOT_ASKED
-        out.append(Struct(error_code=0, error_message=None, group_id=group_id, group_state=group.state,
-                          group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
-                          assignor_name=SIMPLE_ASSIGNOR, members=members, authorized_operations=ops))
-    return Struct(throttle_time_ms=0, groups=out)
+
+    return describe_groups(broker, header, request, broker.groups.share, members,
+                           lambda group: SIMPLE_ASSIGNOR, refuse)

@@ -22,36 +22,23 @@ from __future__ import annotations
 
 from minibroker.errors import ErrorCode
 from minibroker.handlers.join_group import client_host
+from minibroker.handlers.modern_groups import failed_heartbeat, heartbeat_response
 from minibroker.handlers.registry import handles
-from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize, denied
-
-
-def _error(code: ErrorCode, message: str | None = None) -> Struct:
-    return Struct(throttle_time_ms=0, error_code=int(code), error_message=message, member_id=None,
-                  member_epoch=0, heartbeat_interval_ms=0, assignment=None)
 
 
 @handles(76, (1, 1))
 def handle_share_group_heartbeat(broker, header, request):
     coordinator = broker.groups.share
     if not coordinator.enabled:
-        return _error(ErrorCode.UNSUPPORTED_VERSION, "The share group protocol is not enabled.")
+        return failed_heartbeat(ErrorCode.UNSUPPORTED_VERSION, "The share group protocol is not enabled.")
     if not authorize(broker, header, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        return failed_heartbeat(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if request.subscribed_topic_names:
         refused = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC,
                          request.subscribed_topic_names)
         if refused:
-            return _error(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                          "Unauthorized topics: " + ", ".join(sorted(refused)))
-    result = coordinator.heartbeat(request, header.client_id or "", client_host(header))
-    assignment = None
-    if result.assignment is not None:
-        assignment = Struct(topic_partitions=[Struct(topic_id=topic_id, partitions=sorted(partitions))
-                                              for topic_id, partitions in sorted(result.assignment.items())
-                                              if partitions])
-    return Struct(throttle_time_ms=0, error_code=int(result.error), error_message=result.message,
-                  member_id=result.member_id, member_epoch=result.member_epoch,
-                  heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment)
+            return failed_heartbeat(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                    "Unauthorized topics: " + ", ".join(sorted(refused)))
+    return heartbeat_response(coordinator.heartbeat(request, header.client_id or "", client_host(header)))
