@@ -140,9 +140,10 @@ def result(resource, code: int = 0, message: str | None = None) -> Struct:
                   resource_name=resource.resource_name)
 
 
-def alter_resources(request, alter) -> Struct:
-    """The answer both AlterConfigs APIs share: ``alter(resource, validate_only)`` per resource,
-    a duplicated resource refused, one resource's error never failing the others."""
+def alter_resources(broker, header, request, alter) -> Struct:
+    """The answer both AlterConfigs APIs share: ALTER_CONFIGS on each resource, then ``alter(broker,
+    resource, validate_only)``; a duplicated resource refused, one resource's error never failing the
+    others."""
     duplicates = unique_resources(request.resources)
     responses = []
     for resource in request.resources:
@@ -150,7 +151,8 @@ def alter_resources(request, alter) -> Struct:
             responses.append(result(resource, ErrorCode.INVALID_REQUEST, "Duplicate resource."))
             continue
         try:
-            alter(resource, bool(request.validate_only))
+            check_config_access(broker, header, AclOperation.ALTER_CONFIGS, resource)
+            alter(broker, resource, bool(request.validate_only))
         except KafkaError as e:
             responses.append(result(resource, e.code, e.message))
         else:
@@ -180,8 +182,4 @@ def _alter(broker, resource, validate_only: bool) -> None:
 
 @handles(33, (0, 2))
 def handle_alter_configs(broker, header, request):
-    def alter(resource, validate_only: bool) -> None:
-        check_config_access(broker, header, AclOperation.ALTER_CONFIGS, resource)
-        _alter(broker, resource, validate_only)
-
-    return alter_resources(request, alter)
+    return alter_resources(broker, header, request, _alter)

@@ -18,55 +18,39 @@ from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
+from minibroker.handlers.share_group_offsets import change_offsets
 from minibroker.protocol.codec import Struct
-from minibroker.protocol.declarations import ZERO_UUID
-from minibroker.security.acls import AclOperation, ResourceType
-from minibroker.security.authorizer import authorize, denied
-
-
-def _failed(code: ErrorCode, message: str | None = None) -> Struct:
-    return Struct(throttle_time_ms=0, error_code=int(code), error_message=message, responses=[])
+from minibroker.security.acls import AclOperation
 
 
 def _partition(p: int, error: ErrorCode, message: str | None = None) -> Struct:
     return Struct(partition_index=p, error_code=int(error), error_message=message)
 
 
+def _alter_topic(coordinator, group_id: str, t, info, topic_id: bytes, refused: bool) -> Struct:
+    parts = []
+    changed = False
+    for p in t.partitions or ():
+        if refused:
+            parts.append(_partition(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                    "Topic authorization failed."))
+        elif p.start_offset < 0 and info is not None and 0 <= p.partition_index < info.partitions:
+            parts.append(_partition(p.partition_index, ErrorCode.INVALID_REQUEST,
+                                    "The start offset must not be negative."))
+        else:
+            try:
+                error = coordinator.alter_offset(group_id, t.topic_name, p.partition_index, p.start_offset)
+            except KafkaError as e:
+                parts.append(_partition(p.partition_index, e.code, e.message))
+                continue
+            changed |= error == ErrorCode.NONE
+            parts.append(_partition(p.partition_index, error))
+    if changed:
+        coordinator.forget(group_id, {topic_id})
+    return Struct(topic_name=t.topic_name, topic_id=topic_id, partitions=parts)
+
+
 @handles(91, (0, 0))
 def handle_alter_share_group_offsets(broker, header, request):
-    coordinator = broker.groups.share
-    if not authorize(broker, header, AclOperation.READ, ResourceType.GROUP, request.group_id):
-        return _failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
-    refused = denied(broker, header, AclOperation.READ, ResourceType.TOPIC,
-                     [t.topic_name for t in request.topics or ()])
-    responses = []
-    try:
-        coordinator.check_admin_group(request.group_id, must_exist=False, must_be_empty=True)
-        coordinator.ensure_group(request.group_id)
-        for t in request.topics or ():
-            info = broker.logs.topics.get(t.topic_name)
-            topic_id = bytes(info.id) if info is not None else ZERO_UUID
-            parts = []
-            changed = False
-            for p in t.partitions or ():
-                if t.topic_name in refused:
-                    parts.append(_partition(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                                            "Topic authorization failed."))
-                elif p.start_offset < 0 and info is not None and 0 <= p.partition_index < info.partitions:
-                    parts.append(_partition(p.partition_index, ErrorCode.INVALID_REQUEST,
-                                            "The start offset must not be negative."))
-                else:
-                    try:
-                        error = coordinator.alter_offset(request.group_id, t.topic_name, p.partition_index,
-                                                         p.start_offset)
-                    except KafkaError as e:
-                        parts.append(_partition(p.partition_index, e.code, e.message))
-                        continue
-                    changed |= error == ErrorCode.NONE
-                    parts.append(_partition(p.partition_index, error))
-            if changed:
-                coordinator.forget(request.group_id, {topic_id})
-            responses.append(Struct(topic_name=t.topic_name, topic_id=topic_id, partitions=parts))
-    except KafkaError as e:
-        return _failed(e.code, e.message)
-    return Struct(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
+    return change_offsets(broker, header, request, AclOperation.READ, must_exist=False, ensure_group=True,
+                          answer_topic=_alter_topic)

@@ -16,39 +16,24 @@ from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
+from minibroker.handlers.share_group_offsets import change_offsets
 from minibroker.protocol.codec import Struct
-from minibroker.protocol.declarations import ZERO_UUID
-from minibroker.security.acls import AclOperation, ResourceType
-from minibroker.security.authorizer import authorize, denied
+from minibroker.security.acls import AclOperation
 
 
-def _failed(code: ErrorCode, message: str | None = None) -> Struct:
-    return Struct(throttle_time_ms=0, error_code=int(code), error_message=message, responses=[])
+def _delete_topic(coordinator, group_id: str, t, info, topic_id: bytes, refused: bool) -> Struct:
+    message = None
+    if refused:
+        error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."
+    else:
+        try:
+            error = coordinator.delete_offsets(group_id, t.topic_name)
+        except KafkaError as e:
+            error, message = e.code, e.message
+    return Struct(topic_name=t.topic_name, topic_id=topic_id, error_code=int(error), error_message=message)
 
 
 @handles(92, (0, 0))
 def handle_delete_share_group_offsets(broker, header, request):
-    coordinator = broker.groups.share
-    if not authorize(broker, header, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
-        return _failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
-    refused = denied(broker, header, AclOperation.READ, ResourceType.TOPIC,
-                     [t.topic_name for t in request.topics or ()])
-    responses = []
-    try:
-        coordinator.check_admin_group(request.group_id, must_exist=True, must_be_empty=True)
-        for t in request.topics or ():
-            info = broker.logs.topics.get(t.topic_name)
-            topic_id = bytes(info.id) if info is not None else ZERO_UUID
-            message = None
-            if t.topic_name in refused:
-                error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."
-            else:
-                try:
-                    error = coordinator.delete_offsets(request.group_id, t.topic_name)
-                except KafkaError as e:
-                    error, message = e.code, e.message
-            responses.append(Struct(topic_name=t.topic_name, topic_id=topic_id, error_code=int(error),
-                                    error_message=message))
-    except KafkaError as e:
-        return _failed(e.code, e.message)
-    return Struct(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
+    return change_offsets(broker, header, request, AclOperation.DELETE, must_exist=True,
+                          answer_topic=_delete_topic)

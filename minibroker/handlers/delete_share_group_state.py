@@ -18,12 +18,11 @@ from minibroker.handlers.registry import handles
 from minibroker.handlers.share_state_requests import answer
 
 
+def _delete(store, group_id: str, topic_id: bytes, p) -> dict:
+    store.delete(group_id, topic_id, p.partition)
+    return {}
+
+
 @handles(86, (0, 0), advertised=False)
 def handle_delete_share_group_state(broker, header, request):
-    store = broker.share_state
-
-    def delete(group_id: str, topic_id: bytes, p) -> dict:
-        store.delete(group_id, topic_id, p.partition)
-        return {}
-
-    return answer(broker, header, request, delete, {})
+    return answer(broker, header, request, _delete, {})

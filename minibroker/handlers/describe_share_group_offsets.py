@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
+from minibroker.handlers.share_group_offsets import topic_of
 from minibroker.protocol.codec import Struct
-from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize, denied
 
@@ -48,8 +48,7 @@ def _group(broker, header, g) -> Struct:
             refused = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, wanted)
         topics = []
         for name, partitions in sorted(wanted.items()):
-            info = broker.logs.topics.get(name)
-            topic_id = bytes(info.id) if info is not None else ZERO_UUID
+            _, topic_id = topic_of(broker, name)
             if name in refused:
                 parts = [_partition(p, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                     message="Topic authorization failed.") for p in partitions]

@@ -51,13 +51,11 @@ from minibroker.handlers.describe_configs import (
     ROOT_LOGGER,
     TOPIC,
     check_broker_name,
-    check_config_access,
     existing_topic,
     logger_names,
     unsupported_resource,
 )
 from minibroker.handlers.registry import handles
-from minibroker.security.acls import AclOperation
 
 
 def _ops(resource) -> list[tuple[str, AlterOp, str | None]]:
@@ -155,8 +153,4 @@ def _alter(broker, resource, validate_only: bool) -> None:
 
 @handles(44, (0, 1))
 def handle_incremental_alter_configs(broker, header, request):
-    def alter(resource, validate_only: bool) -> None:
-        check_config_access(broker, header, AclOperation.ALTER_CONFIGS, resource)
-        _alter(broker, resource, validate_only)
-
-    return alter_resources(request, alter)
+    return alter_resources(broker, header, request, _alter)

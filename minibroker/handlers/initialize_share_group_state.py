@@ -18,20 +18,17 @@ know.
 
 from __future__ import annotations
 
-from minibroker.errors import ErrorCode
 from minibroker.handlers.registry import handles
-from minibroker.handlers.share_state_requests import PartitionError, answer, check_state_epoch
+from minibroker.handlers.share_state_requests import answer, check_start_offset, check_state_epoch
+
+
+def _initialize(store, group_id: str, topic_id: bytes, p) -> dict:
+    check_start_offset(p)
+    check_state_epoch(store.read(group_id, topic_id, p.partition), p.state_epoch)
+    store.initialize(group_id, topic_id, p.partition, p.start_offset, p.state_epoch)
+    return {}
 
 
 @handles(83, (0, 0), advertised=False)
 def handle_initialize_share_group_state(broker, header, request):
-    store = broker.share_state
-
-    def initialize(group_id: str, topic_id: bytes, p) -> dict:
-        if p.start_offset < -1:
-            raise PartitionError(ErrorCode.INVALID_REQUEST, f"Invalid start offset {p.start_offset}.")
-        check_state_epoch(store.read(group_id, topic_id, p.partition), p.state_epoch)
-        store.initialize(group_id, topic_id, p.partition, p.start_offset, p.state_epoch)
-        return {}
-
-    return answer(broker, header, request, initialize, {})
+    return answer(broker, header, request, _initialize, {})

@@ -13,29 +13,19 @@ Gaps: none known.
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.handlers.offset_commit import partition_known
+from minibroker.handlers.offset_commit import known_partitions
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
-from minibroker.security.authorizer import authorize, denied
+from minibroker.security.authorizer import authorize
 
 
 @handles(47, (0, 0))
 def handle_offset_delete(broker, header, request):
     errors: dict[tuple[str, int], int] = {}
-    wanted = []
     if not authorize(broker, header, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
         return Struct(error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED), throttle_time_ms=0, topics=[])
-    refused = denied(broker, header, AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
-    for t in request.topics:
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            if refused and t.name in refused:
-                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif partition_known(broker, *tp):
-                wanted.append(tp)
-            else:
-                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    wanted = [tp for tp, _ in known_partitions(broker, request, errors, header)]
     try:
         errors.update(broker.groups.delete_offsets(request.group_id, wanted))
     except KafkaError as e:

@@ -22,18 +22,17 @@ from minibroker.handlers.share_state_requests import answer, check_leader_epoch,
 from minibroker.protocol.codec import Struct
 
 
+def _read(store, group_id: str, topic_id: bytes, p) -> dict:
+    state = require_state(store.read(group_id, topic_id, p.partition), "Read")
+    check_leader_epoch(state, p.leader_epoch)
+    if p.leader_epoch > state.leader_epoch:
+        store.write(group_id, topic_id, p.partition, -1, [], leader_epoch=p.leader_epoch)
+    return {"state_epoch": state.state_epoch, "start_offset": state.start_offset,
+            "state_batches": [Struct(first_offset=b.first_offset, last_offset=b.last_offset,
+                                     delivery_state=b.delivery_state, delivery_count=b.delivery_count)
+                              for b in state.batches]}
+
+
 @handles(84, (0, 0), advertised=False)
 def handle_read_share_group_state(broker, header, request):
-    store = broker.share_state
-
-    def read(group_id: str, topic_id: bytes, p) -> dict:
-        state = require_state(store.read(group_id, topic_id, p.partition), "Read")
-        check_leader_epoch(state, p.leader_epoch)
-        if p.leader_epoch > state.leader_epoch:
-            store.write(group_id, topic_id, p.partition, -1, [], leader_epoch=p.leader_epoch)
-        return {"state_epoch": state.state_epoch, "start_offset": state.start_offset,
-                "state_batches": [Struct(first_offset=b.first_offset, last_offset=b.last_offset,
-                                         delivery_state=b.delivery_state, delivery_count=b.delivery_count)
-                                  for b in state.batches]}
-
-    return answer(broker, header, request, read, {"state_epoch": 0, "start_offset": -1, "state_batches": []})
+    return answer(broker, header, request, _read, {"state_epoch": 0, "start_offset": -1, "state_batches": []})

@@ -21,16 +21,14 @@ from minibroker.handlers.share_state_requests import answer
 _UNKNOWN = {"state_epoch": 0, "leader_epoch": -1, "start_offset": -1, "delivery_complete_count": -1}
 
 
+def _summary(store, group_id: str, topic_id: bytes, p) -> dict:
+    state = store.read(group_id, topic_id, p.partition)
+    if state is None:
+        return dict(_UNKNOWN)
+    return {"state_epoch": state.state_epoch, "leader_epoch": state.leader_epoch,
+            "start_offset": state.start_offset, "delivery_complete_count": state.delivery_complete_count()}
+
+
 @handles(87, (0, 1), advertised=False)
 def handle_read_share_group_state_summary(broker, header, request):
-    store = broker.share_state
-
-    def summary(group_id: str, topic_id: bytes, p) -> dict:
-        state = store.read(group_id, topic_id, p.partition)
-        if state is None:
-            return dict(_UNKNOWN)
-        return {"state_epoch": state.state_epoch, "leader_epoch": state.leader_epoch,
-                "start_offset": state.start_offset,
-                "delivery_complete_count": state.delivery_complete_count()}
-
-    return answer(broker, header, request, summary, dict(_UNKNOWN))
+    return answer(broker, header, request, _summary, dict(_UNKNOWN))

@@ -29,7 +29,6 @@ from __future__ import annotations
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.registry import handles
 from minibroker.handlers.share_requests import (
-    ShareRequestError,
     TopicNames,
     acknowledgements,
     apply_acknowledgements,
@@ -60,9 +59,7 @@ def handle_share_acknowledge(broker, header, request):
             sessions.existing(group_id, member_id)
         else:
             sessions.next_request(group_id, member_id, epoch)
-    except ShareRequestError as e:
-        return _response(e.code, e.message)
-    except KafkaError as e:
+    except KafkaError as e:  # a ShareRequestError too
         return _response(e.code, e.message)
     acks = acknowledgements(request.topics)
     names = TopicNames(broker, header)

@@ -14,13 +14,8 @@ from minibroker.security.authorizer import authorize, denied
 MAX_MEMBER_ID_LENGTH = 36  # Kafka's KafkaApis.isMemberIdValid: a UUID's text at most
 
 
-class ShareRequestError(Exception):
+class ShareRequestError(KafkaError):
     """The whole request fails with this top-level code (no partitions in the answer)."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None):
-        super().__init__(message or code.name)
-        self.code = ErrorCode(code)
-        self.message = message
 
 
 def share_groups_served() -> bool:

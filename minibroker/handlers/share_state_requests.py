@@ -25,13 +25,9 @@ log = logging.getLogger("minibroker.share_state")
 ZERO_UUID = b"\0" * 16
 
 
-class PartitionError(Exception):
-    """One partition's answer is this error (its other fields at their defaults)."""
-
-    def __init__(self, code: ErrorCode, message: str | None = None):
-        super().__init__(message or code.name)
-        self.code = ErrorCode(code)
-        self.message = message
+class PartitionError(KafkaError):
+    """One partition's answer is this error (its other fields at their defaults), with its own message
+    (a KafkaError from below answers with its text)."""
 
 
 def served() -> bool:
@@ -42,9 +38,10 @@ def served() -> bool:
 
 
 def answer(broker, header, request, per_partition: Callable, error_fields: dict) -> Struct:
-    """The ``results`` answer: ``per_partition(group_id, topic_id, partition_request)`` gives a partition's
-    success fields (a dict); a PartitionError or KafkaError it raises becomes that partition's error with
-    ``error_fields`` for the rest. CLUSTER_ACTION on the cluster is needed (Kafka's inter-broker check)."""
+    """The ``results`` answer: ``per_partition(store, group_id, topic_id, partition_request)`` gives a
+    partition's success fields (a dict) from ``broker.share_state``; a PartitionError or KafkaError it
+    raises becomes that partition's error with ``error_fields`` for the rest. CLUSTER_ACTION on the
+    cluster is needed (Kafka's inter-broker check)."""
     if not served():
         top = ErrorCode.UNSUPPORTED_VERSION, "Share groups are not enabled."
     elif not authorize(broker, header, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
@@ -63,7 +60,7 @@ def answer(broker, header, request, per_partition: Callable, error_fields: dict)
                 if p.partition < 0:
                     raise PartitionError(ErrorCode.INVALID_REQUEST, f"Invalid partition {p.partition}.")
                 return Struct(partition=p.partition, error_code=0, error_message=None,
-                              **per_partition(request.group_id, bytes(topic_id), p))
+                              **per_partition(broker.share_state, request.group_id, bytes(topic_id), p))
             except (PartitionError, KafkaError) as e:
                 code = e.code
                 message = e.message if isinstance(e, PartitionError) else (str(e) or None)
@@ -90,6 +87,12 @@ def check_leader_epoch(state, leader_epoch: int) -> None:
     if state is not None and state.leader_epoch > leader_epoch:
         raise PartitionError(ErrorCode.FENCED_LEADER_EPOCH,
                              f"Leader epoch {leader_epoch} is older than {state.leader_epoch}.")
+
+
+def check_start_offset(p) -> None:
+    """A start offset of -1 (the log start) or more."""
+    if p.start_offset < -1:
+        raise PartitionError(ErrorCode.INVALID_REQUEST, f"Invalid start offset {p.start_offset}.")
 
 
 def check_state_epoch(state, state_epoch: int) -> None:

@@ -29,6 +29,7 @@ from minibroker.handlers.share_state_requests import (
     PartitionError,
     answer,
     check_leader_epoch,
+    check_start_offset,
     check_state_epoch,
     require_state,
 )
@@ -48,19 +49,17 @@ def _batches(p) -> list[StateBatch]:
     return out
 
 
+def _write(store, group_id: str, topic_id: bytes, p) -> dict:
+    check_start_offset(p)
+    batches = _batches(p)
+    state = require_state(store.read(group_id, topic_id, p.partition), "Write")
+    if p.leader_epoch != -1:
+        check_leader_epoch(state, p.leader_epoch)
+    check_state_epoch(state, p.state_epoch)
+    store.write(group_id, topic_id, p.partition, p.start_offset, batches)
+    return {}
+
+
 @handles(85, (0, 0), advertised=False)
 def handle_write_share_group_state(broker, header, request):
-    store = broker.share_state
-
-    def write(group_id: str, topic_id: bytes, p) -> dict:
-        if p.start_offset < -1:
-            raise PartitionError(ErrorCode.INVALID_REQUEST, f"Invalid start offset {p.start_offset}.")
-        batches = _batches(p)
-        state = require_state(store.read(group_id, topic_id, p.partition), "Write")
-        if p.leader_epoch != -1:
-            check_leader_epoch(state, p.leader_epoch)
-        check_state_epoch(state, p.state_epoch)
-        store.write(group_id, topic_id, p.partition, p.start_offset, batches)
-        return {}
-
-    return answer(broker, header, request, write, {})
+    return answer(broker, header, request, _write, {})
