@@ -128,21 +128,28 @@ def _describe(admin, args, out) -> int:
 
 def _describe_consumer_group(args) -> tuple[str, list[dict]] | None:
     """(state, members) of a consumer (KIP-848) group from ConsumerGroupDescribe; None if it is not one."""
-    from minibroker.protocol.codec import Struct
-    from minibroker.tools.topics import ToolError
-
     with _wire_admin(args) as admin:
-        try:
-            answer = admin.request(69, Struct(group_ids=[args.group], include_authorized_operations=False))
-        except ToolError:  # a broker without ConsumerGroupDescribe
-            return None
-    group = answer.groups[0]
-    if group.error_code != 0:
+        group = _group_of_type(admin, 69, args.group)  # ConsumerGroupDescribe
+    if group is None:
         return None
     return group.group_state, [
         {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
          "assigned": [(t.topic_name, list(t.partitions)) for t in m.assignment.topic_partitions]}
         for m in group.members]
+
+
+def _group_of_type(admin, api_key: int, group_id: str):
+    """The group of a <Type>GroupDescribe (``api_key``) answer, None when the broker does not serve the API
+    or the group is not of that type."""
+    from minibroker.protocol.codec import Struct
+    from minibroker.tools.topics import ToolError
+
+    try:
+        answer = admin.request(api_key, Struct(group_ids=[group_id], include_authorized_operations=False))
+    except ToolError:
+        return None
+    group = answer.groups[0]
+    return group if group.error_code == 0 else None
 
 
 def _wire_admin(args):
@@ -162,12 +169,8 @@ def _share_group(args):
     from minibroker.tools.topics import ToolError
 
     with _wire_admin(args) as admin:
-        try:
-            answer = admin.request(77, Struct(group_ids=[args.group], include_authorized_operations=False))
-        except ToolError:  # a broker without ShareGroupDescribe
-            return None
-        group = answer.groups[0]
-        if group.error_code != 0:
+        group = _group_of_type(admin, 77, args.group)  # ShareGroupDescribe
+        if group is None:
             return None
         assigned = {(t.topic_name, p) for m in group.members for t in m.assignment.topic_partitions
                     for p in t.partitions}

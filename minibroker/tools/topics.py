@@ -17,17 +17,13 @@ import sys
 from minibroker.errors import ErrorCode
 from minibroker.protocol import codec
 from minibroker.tools.client_config import ClientConfigError, read_client_config
-from minibroker.tools.wire import WireClient, failure_text, split_host_port
+from minibroker.tools.wire import BrokerConnection, ToolError, failure_text, split_host_port
 
 API_VERSIONS, METADATA, CREATE_TOPICS, DELETE_TOPICS = 18, 3, 19, 20
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG = 1
 OP_SET, OP_DELETE = 0, 1
-
-
-class ToolError(Exception):
-    """A failure to report on stderr with exit code 1."""
 
 
 class UsageError(Exception):
@@ -42,38 +38,22 @@ def error_text(code: int, message: str | None = None) -> str:
     return f"{name}: {message}" if message else name
 
 
-class TopicAdmin:
+class TopicAdmin(BrokerConnection):
     """Admin requests to one broker, each at the highest version both sides speak. Not thread-safe."""
 
     def __init__(self, bootstrap: str, timeout: float = 10.0, security=None):
         host, port = split_host_port(bootstrap)
-        self.client = WireClient(host, port, timeout=timeout, client_id="minibroker-topics",
-                                 security=security)
+        super().__init__(host, port, timeout, security, client_id="minibroker-topics")
         self.timeout_ms = int(timeout * 1000)
-        try:
-            answer = self.client.request(API_VERSIONS, 0, {})
-        except BaseException:
-            self.client.close()
-            raise
-        self._broker_max = {k.api_key: k.max_version for k in answer.api_keys}
 
-    def version(self, api_key: int) -> int:
-        if api_key not in self._broker_max:
+    def version(self, api_key: int, at_least: int = 0) -> int:
+        if api_key not in self.broker_max:
             raise ToolError(f"the broker does not serve {codec.API_NAMES.get(api_key, api_key)}")
         ours = codec.REQUESTS[api_key].valid[1]
-        return min(ours, self._broker_max[api_key])
+        return min(ours, self.broker_max[api_key])
 
     def request(self, api_key: int, body) -> codec.Struct:
         return self.client.request(api_key, self.version(api_key), body)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __enter__(self) -> TopicAdmin:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -153,9 +133,14 @@ def _create(admin: TopicAdmin, args, out) -> int:
                                  parse_configs(args.config))
     if code == ErrorCode.TOPIC_ALREADY_EXISTS and args.if_not_exists:
         return 0
+    return _done(code, message, f"cannot create topic {args.topic}", f"Created topic {args.topic}.", out)
+
+
+def _done(code: int, message: str | None, failure: str, success: str, out) -> int:
+    """An admin request's end: ToolError with ``failure`` and the error, else ``success`` printed."""
     if code:
-        raise ToolError(f"cannot create topic {args.topic}: {error_text(code, message)}")
-    print(f"Created topic {args.topic}.", file=out)
+        raise ToolError(f"{failure}: {error_text(code, message)}")
+    print(success, file=out)
     return 0
 
 
@@ -204,18 +189,13 @@ def _delete(admin: TopicAdmin, args, out) -> int:
     code, message = admin.delete(args.topic)
     if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and args.if_exists:
         return 0
-    if code:
-        raise ToolError(f"cannot delete topic {args.topic}: {error_text(code, message)}")
-    print(f"Deleted topic {args.topic}.", file=out)
-    return 0
+    return _done(code, message, f"cannot delete topic {args.topic}", f"Deleted topic {args.topic}.", out)
 
 
 def _alter(admin: TopicAdmin, args, out) -> int:
     code, message = admin.create_partitions(args.topic, args.partitions)
-    if code:
-        raise ToolError(f"cannot alter topic {args.topic}: {error_text(code, message)}")
-    print(f"Topic {args.topic} now has {args.partitions} partitions.", file=out)
-    return 0
+    return _done(code, message, f"cannot alter topic {args.topic}",
+                 f"Topic {args.topic} now has {args.partitions} partitions.", out)
 
 
 def _alter_config(admin: TopicAdmin, args, out) -> int:
@@ -224,10 +204,8 @@ def _alter_config(admin: TopicAdmin, args, out) -> int:
     if not to_set and not to_delete:
         raise ToolError("nothing to change: give --add-config and/or --delete-config")
     code, message = admin.alter_configs(args.topic, to_set, to_delete)
-    if code:
-        raise ToolError(f"cannot alter configs of {args.topic}: {error_text(code, message)}")
-    print(f"Completed updating config for topic {args.topic}.", file=out)
-    return 0
+    return _done(code, message, f"cannot alter configs of {args.topic}",
+                 f"Completed updating config for topic {args.topic}.", out)
 
 
 ACTIONS = {"create": _create, "list": _list, "describe": _describe, "delete": _delete, "alter": _alter,

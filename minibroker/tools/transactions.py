@@ -33,9 +33,10 @@ from collections.abc import Iterable
 from minibroker.errors import ErrorCode
 from minibroker.protocol import codec
 from minibroker.tools.topics import ToolError, UsageError, error_text, run_admin
-from minibroker.tools.wire import WireClient, split_host_port
+from minibroker.tools.wire import BrokerConnection, split_host_port
 
-API_VERSIONS, METADATA, FIND_COORDINATOR, WRITE_TXN_MARKERS = 18, 3, 10, 27
+CLIENT_ID = "minibroker-transactions"
+METADATA, FIND_COORDINATOR, WRITE_TXN_MARKERS = 3, 10, 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 TRANSACTION_KEY_TYPE = 1
 MAX_BATCH_SIZE = 500  # partitions per DescribeProducers, as Kafka's find-hanging batches them
@@ -61,43 +62,13 @@ def print_table(headers: list[str], rows: list[list[str]], out) -> None:
         print("".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths, strict=True)), file=out)
 
 
-class BrokerConnection:
-    """One broker: a socket and the versions it serves (from ApiVersions). Not thread-safe."""
-
-    def __init__(self, host: str, port: int, timeout: float, security=None):
-        self.address = (host, port)
-        self.client = WireClient(host, port, timeout=timeout, client_id="minibroker-transactions",
-                                 security=security)
-        try:
-            answer = self.client.request(API_VERSIONS, 0, {})
-        except BaseException:
-            self.client.close()
-            raise
-        self._broker_max = {k.api_key: k.max_version for k in answer.api_keys}
-
-    def version(self, api_key: int, at_least: int = 0) -> int:
-        name = codec.API_NAMES.get(api_key, api_key)
-        if api_key not in self._broker_max:
-            raise ToolError(f"the broker at {self.address[0]}:{self.address[1]} does not serve {name}")
-        version = min(codec.REQUESTS[api_key].valid[1], self._broker_max[api_key])
-        if version < at_least:
-            raise ToolError(f"the broker serves {name} up to v{version}; this needs v{at_least}")
-        return version
-
-    def request(self, api_key: int, body, at_least: int = 0) -> codec.Struct:
-        return self.client.request(api_key, self.version(api_key, at_least), body)
-
-    def close(self) -> None:
-        self.client.close()
-
-
 class TransactionAdmin:
     """The requests of kafka-transactions.sh, each sent where Kafka's admin client sends it."""
 
     def __init__(self, bootstrap: str, timeout: float = 10.0, security=None):
         self.timeout = timeout
         self.security = security  # every broker connection authenticates alike (--command-config)
-        self.bootstrap = BrokerConnection(*split_host_port(bootstrap), timeout, security)
+        self.bootstrap = BrokerConnection(*split_host_port(bootstrap), timeout, security, CLIENT_ID)
         self._by_address = {self.bootstrap.address: self.bootstrap}
         self._brokers: dict[int, tuple[str, int]] = {}
 
@@ -116,7 +87,8 @@ class TransactionAdmin:
     def connect(self, host: str, port: int) -> BrokerConnection:
         conn = self._by_address.get((host, port))
         if conn is None:
-            conn = self._by_address[(host, port)] = BrokerConnection(host, port, self.timeout, self.security)
+            conn = self._by_address[(host, port)] = BrokerConnection(host, port, self.timeout, self.security,
+                                                                     CLIENT_ID)
         return conn
 
     def metadata(self, topics: list[str] | None) -> codec.Struct:

@@ -166,6 +166,46 @@ def _error_name(code: int) -> str:
         return f"error {code}"
 
 
+class ToolError(Exception):
+    """A failure to report on stderr with exit code 1."""
+
+
+class BrokerConnection:
+    """One broker: a ``WireClient`` and the API versions the broker serves (ApiVersions v0, asked at
+    connect); each request goes at the highest version both sides speak. Not thread-safe."""
+
+    def __init__(self, host: str, port: int, timeout: float, security=None, client_id: str = "minibroker"):
+        self.address = (host, port)
+        self.client = WireClient(host, port, timeout=timeout, client_id=client_id, security=security)
+        try:
+            answer = self.client.request(API_VERSIONS, 0, {})
+        except BaseException:
+            self.client.close()
+            raise
+        self.broker_max = {k.api_key: k.max_version for k in answer.api_keys}
+
+    def version(self, api_key: int, at_least: int = 0) -> int:
+        name = codec.API_NAMES.get(api_key, api_key)
+        if api_key not in self.broker_max:
+            raise ToolError(f"the broker at {self.address[0]}:{self.address[1]} does not serve {name}")
+        version = min(codec.REQUESTS[api_key].valid[1], self.broker_max[api_key])
+        if version < at_least:
+            raise ToolError(f"the broker serves {name} up to v{version}; this needs v{at_least}")
+        return version
+
+    def request(self, api_key: int, body, at_least: int = 0) -> codec.Struct:
+        return self.client.request(api_key, self.version(api_key, at_least), body)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def api_versions_probe(host: str, port: int, timeout: float = 2.0, security=None) -> bool:
     """True when the broker answers ApiVersions v0 with no error and a non-empty list (after TLS and
     SASL authentication when ``security`` asks for them)."""
