@@ -31,6 +31,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _key_cells(key: ConfigKey) -> tuple[str, str, str, str]:
+    """The cells every table row starts with: the key, its type, its default, its valid values."""
+    valid = key.validator.describe() if key.validator is not None else ""
+    return f"`{key.name}`", key.type.name.lower(), f"`{_cell(_doc_default(key))}`", _cell(valid)
+
+
 def config_reference_markdown() -> str:
     """The text of docs/configuration.md, generated from the tables above."""
     out = [
@@ -126,16 +132,14 @@ def config_reference_markdown() -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for key in BROKER_CONFIGS.values():
-        valid = key.validator.describe() if key.validator is not None else ""
         desc = ("**minibroker**: " if key.minibroker_only else "") + key.doc
         syn = BROKER_SYNONYMS.get(key.name)
         if syn and len(syn) > 1 and key.name == syn[0]:
             desc += " Synonyms, highest priority first: " + ", ".join(f"`{s}`" for s in syn) + "."
-        out.append(
-            f"| `{key.name}` | {key.type.name.lower()} | `{_cell(_doc_default(key))}` | {_cell(valid)} | "
-            f"{'yes' if key.dynamic else ''} | {'yes' if key.no_effect else ''} | "
-            f"{f'`{key.topic_config}`' if key.topic_config else ''} | {_cell(desc)} |"
-        )
+        name, type_, default, valid = _key_cells(key)
+        topic_key = f"`{key.topic_config}`" if key.topic_config else ""
+        out.append(f"| {name} | {type_} | {default} | {valid} | {'yes' if key.dynamic else ''} | "
+                   f"{'yes' if key.no_effect else ''} | {topic_key} | {_cell(desc)} |")
     out += [
         "",
         "## Topic keys",
@@ -148,11 +152,9 @@ def config_reference_markdown() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for key in TOPIC_CONFIGS.values():
-        valid = key.validator.describe() if key.validator is not None else ""
         brokers = ", ".join(f"`{b}`" for b, _ in TOPIC_CONFIG_SYNONYMS.get(key.name, ()))
-        out.append(
-            f"| `{key.name}` | {key.type.name.lower()} | `{_cell(_doc_default(key))}` | {brokers} | "
-            f"{_cell(valid)} | {'yes' if key.no_effect else ''} | {_cell(key.doc)} |"
-        )
+        name, type_, default, valid = _key_cells(key)
+        out.append(f"| {name} | {type_} | {default} | {brokers} | {valid} | "
+                   f"{'yes' if key.no_effect else ''} | {_cell(key.doc)} |")
     out.append("")
     return "\n".join(out)

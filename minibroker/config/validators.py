@@ -104,17 +104,31 @@ class ListOf:
         return "[" + ", ".join(self.values) + "]"
 
 
-class HostCounts:
-    """``host:count`` pairs separated by commas (``max.connections.per.ip.overrides``)."""
+class _Parsed:
+    """A value its parser accepts (``parse`` raises ValueError otherwise); ``text`` describes it."""
 
     __slots__ = ()
+    text = ""
+
+    def parse(self, value: Any) -> None:
+        raise NotImplementedError
 
     def __call__(self, value: Any) -> None:
         if value is not None:
-            parse_host_counts(value)
+            self.parse(value)
 
     def describe(self) -> str:
-        return "host:count,..."
+        return self.text
+
+
+class HostCounts(_Parsed):
+    """``host:count`` pairs separated by commas (``max.connections.per.ip.overrides``)."""
+
+    __slots__ = ()
+    text = "host:count,..."
+
+    def parse(self, value: Any) -> None:
+        parse_host_counts(value)
 
 
 def parse_host_counts(value: str) -> dict[str, int]:
@@ -135,28 +149,22 @@ def parse_host_counts(value: str) -> dict[str, int]:
     return out
 
 
-class PrincipalMappingRules:
+class PrincipalMappingRules(_Parsed):
     """``ssl.principal.mapping.rules``: Kafka's SslPrincipalMapper rule list (principal_rules.py)."""
 
     __slots__ = ()
+    text = "RULE:pattern/replacement/[LU],...,DEFAULT"
 
-    def __call__(self, value: Any) -> None:
-        if value is not None:
-            PrincipalMapper(value)
-
-    def describe(self) -> str:
-        return "RULE:pattern/replacement/[LU],...,DEFAULT"
+    def parse(self, value: Any) -> None:
+        PrincipalMapper(value)
 
 
-class ListenerList:
+class ListenerList(_Parsed):
     """A comma-separated listener list: ``NAME://host:port,...``."""
 
     __slots__ = ()
+    text = "NAME://host:port,..."
 
-    def __call__(self, value: Any) -> None:
-        if value is not None:
-            parse_listeners(value, _check_names=False)  # names are checked against the map later
-
-    def describe(self) -> str:
-        return "NAME://host:port,..."
+    def parse(self, value: Any) -> None:
+        parse_listeners(value, _check_names=False)  # names are checked against the map later
 

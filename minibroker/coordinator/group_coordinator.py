@@ -259,18 +259,14 @@ class GroupCoordinator:
             elif isinstance(key, GroupMetadataKey):
                 value = None if value_bytes is None else decode_group_metadata_value(value_bytes)
                 metadata[key.group] = value
-            elif isinstance(key, ConsumerGroupKey) and consumer is not None:
-                records = consumer.setdefault(key.group, {})
-                if value_bytes is None:
-                    records.pop((key.record_type, key.member), None)
-                else:
-                    records[(key.record_type, key.member)] = value_bytes
-            elif isinstance(key, ShareGroupKey) and share is not None:
-                records = share.setdefault(key.group, {})
-                if value_bytes is None:
-                    records.pop((key.record_type, key.member), None)
-                else:
-                    records[(key.record_type, key.member)] = value_bytes
+            elif isinstance(key, (ConsumerGroupKey, ShareGroupKey)):  # kept as bytes until the groups load
+                by_group = consumer if isinstance(key, ConsumerGroupKey) else share
+                if by_group is not None:
+                    records = by_group.setdefault(key.group, {})
+                    if value_bytes is None:
+                        records.pop((key.record_type, key.member), None)
+                    else:
+                        records[(key.record_type, key.member)] = value_bytes
         except (RecordError, UnicodeDecodeError) as e:
             log.warning("skipping unreadable __consumer_offsets record: %s", e)
 
@@ -1034,25 +1030,14 @@ class GroupCoordinator:
             except KafkaError as e:
                 out.append((group_id, e.code))
                 continue
-            share_group = self.share.groups.get(group_id)
-            if share_group is not None:
-                if share_group.members:
+            owner = next((c for c in (self.share, self.consumer) if group_id in c.groups), None)
+            if owner is not None:  # a share or consumer group
+                modern = owner.groups[group_id]
+                if modern.members:
                     out.append((group_id, E.NON_EMPTY_GROUP))
                     continue
                 try:
-                    self.share.delete(share_group)
-                except KafkaError as e:
-                    out.append((group_id, e.code))
-                    continue
-                out.append((group_id, E.NONE))
-                continue
-            consumer_group = self.consumer.groups.get(group_id)
-            if consumer_group is not None:
-                if consumer_group.members:
-                    out.append((group_id, E.NON_EMPTY_GROUP))
-                    continue
-                try:
-                    self.consumer.delete(consumer_group)
+                    owner.delete(modern)
                 except KafkaError as e:
                     out.append((group_id, e.code))
                     continue

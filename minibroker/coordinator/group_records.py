@@ -378,15 +378,44 @@ def encode_partition_metadata_value(topics: dict[str, tuple[bytes, int]]) -> byt
     return bytes(out)
 
 
+def _write_member(out: bytearray, rack_id: str | None, client_id: str, client_host: str,
+                  subscribed_topic_names: Sequence[str]) -> None:
+    """The fields a consumer and a share group member's metadata values share, in their order."""
+    write_string(out, rack_id, True)
+    write_string(out, client_id, True)
+    write_string(out, client_host, True)
+    write_array_len(out, len(subscribed_topic_names), True)
+    for name in subscribed_topic_names:
+        write_string(out, name, True)
+
+
+def _read_member(r: RecordReader) -> tuple[str | None, str, str, list[str]]:
+    """What ``_write_member`` wrote: (rack id, client id, client host, subscribed topic names)."""
+    rack_id = r.nullable_string("rackId")
+    client_id = r.nullable_string("clientId") or ""
+    client_host = r.nullable_string("clientHost") or ""
+    return rack_id, client_id, client_host, [r.string("subscribedTopicName")
+                                             for _ in range(r.nullable_array_len() or 0)]
+
+
+def _write_current_assignment(member_epoch: int, previous_member_epoch: int, state: int,
+                              *assignments: dict[bytes, set[int]]) -> bytes:
+    """A current member assignment value: epochs, state, then the assignments (consumer groups add the
+    partitions pending revocation after the assigned ones)."""
+    out = _value_header()
+    out += I32.pack(member_epoch)
+    out += I32.pack(previous_member_epoch)
+    out += bytes([state & 0xFF])
+    for assignment in assignments:
+        _write_topic_partitions(out, assignment)
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
 def encode_member_metadata_value(v: MemberMetadataValue) -> bytes:
     out = _value_header()
     write_string(out, v.instance_id, True)
-    write_string(out, v.rack_id, True)
-    write_string(out, v.client_id, True)
-    write_string(out, v.client_host, True)
-    write_array_len(out, len(v.subscribed_topic_names), True)
-    for name in v.subscribed_topic_names:
-        write_string(out, name, True)
+    _write_member(out, v.rack_id, v.client_id, v.client_host, v.subscribed_topic_names)
     write_string(out, v.subscribed_topic_regex, True)
     out += I32.pack(v.rebalance_timeout_ms)
     write_string(out, v.server_assignor, True)
@@ -412,14 +441,8 @@ def encode_target_assignment_value(assignment: dict[bytes, set[int]]) -> bytes:
 
 
 def encode_current_assignment_value(v: CurrentAssignmentValue) -> bytes:
-    out = _value_header()
-    out += I32.pack(v.member_epoch)
-    out += I32.pack(v.previous_member_epoch)
-    out += bytes([v.state & 0xFF])
-    _write_topic_partitions(out, v.assigned)
-    _write_topic_partitions(out, v.pending_revocation)
-    write_tagged_fields(out, ())
-    return bytes(out)
+    return _write_current_assignment(v.member_epoch, v.previous_member_epoch, v.state, v.assigned,
+                                     v.pending_revocation)
 
 
 def _flexible_value(buf) -> RecordReader:
@@ -454,10 +477,7 @@ def decode_partition_metadata_value(buf) -> dict[str, tuple[bytes, int]]:
 def decode_member_metadata_value(buf) -> MemberMetadataValue:
     r = _flexible_value(buf)
     instance_id = r.nullable_string("instanceId")
-    rack_id = r.nullable_string("rackId")
-    client_id = r.nullable_string("clientId") or ""
-    client_host = r.nullable_string("clientHost") or ""
-    names = [r.string("subscribedTopicName") for _ in range(r.nullable_array_len() or 0)]
+    rack_id, client_id, client_host, names = _read_member(r)
     regex = r.nullable_string("subscribedTopicRegex")
     rebalance_timeout = r.i32()
     assignor = r.nullable_string("serverAssignor")
@@ -531,12 +551,7 @@ encode_share_group_key = encode_group_record_key
 
 def encode_share_member_metadata_value(v: ShareMemberMetadataValue) -> bytes:
     out = _value_header()
-    write_string(out, v.rack_id, True)
-    write_string(out, v.client_id, True)
-    write_string(out, v.client_host, True)
-    write_array_len(out, len(v.subscribed_topic_names), True)
-    for name in v.subscribed_topic_names:
-        write_string(out, name, True)
+    _write_member(out, v.rack_id, v.client_id, v.client_host, v.subscribed_topic_names)
     write_tagged_fields(out, ())
     return bytes(out)
 
@@ -550,22 +565,11 @@ def encode_share_group_metadata_value(v: ShareGroupMetadataValue) -> bytes:
 
 
 def encode_share_current_assignment_value(v: ShareCurrentAssignmentValue) -> bytes:
-    out = _value_header()
-    out += I32.pack(v.member_epoch)
-    out += I32.pack(v.previous_member_epoch)
-    out += bytes([v.state & 0xFF])
-    _write_topic_partitions(out, v.assigned)
-    write_tagged_fields(out, ())
-    return bytes(out)
+    return _write_current_assignment(v.member_epoch, v.previous_member_epoch, v.state, v.assigned)
 
 
 def decode_share_member_metadata_value(buf) -> ShareMemberMetadataValue:
-    r = _flexible_value(buf)
-    rack_id = r.nullable_string("rackId")
-    client_id = r.nullable_string("clientId") or ""
-    client_host = r.nullable_string("clientHost") or ""
-    names = [r.string("subscribedTopicName") for _ in range(r.nullable_array_len() or 0)]
-    return ShareMemberMetadataValue(rack_id, client_id, client_host, names)
+    return ShareMemberMetadataValue(*_read_member(_flexible_value(buf)))
 
 
 def decode_share_group_metadata_value(buf) -> ShareGroupMetadataValue:

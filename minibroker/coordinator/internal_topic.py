@@ -83,6 +83,7 @@ class InternalTopic:
         """The error the coordinator's client gets for a failed append; the raw error by default."""
         return e
 
+
     def append_to(self, partition: int, entries: list[tuple[bytes, bytes | None]], *, what: str,
                   producer_id: int = -1, producer_epoch: int = -1):
         """Append (key, value) records to ``partition`` as one batch (creating the topic first if needed);
@@ -164,3 +165,15 @@ class InternalTopic:
                                            record.offset)
                 elif record.key is not None:
                     yield StoredRecord(record.key, record.value, producer_id, None, record.offset)
+
+
+def coordinator_append_error(e: KafkaError) -> KafkaError:
+    """Kafka's coordinators' mapping of a failed append (the transaction coordinator's
+    TransactionStateManager and the share coordinator's runtime alike): a failed or moved log is
+    NOT_COORDINATOR, a too-large batch an unknown server error, anything else COORDINATOR_NOT_AVAILABLE
+    (retriable)."""
+    if e.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
+        return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
+    if e.code in (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER):
+        return KafkaError(ErrorCode.NOT_COORDINATOR, str(e))
+    return KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e))

@@ -35,7 +35,7 @@ from bisect import bisect_left
 from enum import IntEnum
 from typing import NamedTuple
 
-from minibroker.coordinator.internal_topic import InternalTopic
+from minibroker.coordinator.internal_topic import InternalTopic, coordinator_append_error
 from minibroker.coordinator.record_codec import RecordError
 from minibroker.coordinator.share_state_records import (
     ShareSnapshotValue,
@@ -178,13 +178,7 @@ class ShareStateTopic(InternalTopic):
                 "segment.bytes": str(cfg["share.coordinator.state.topic.segment.bytes"])}
 
     def map_append_error(self, e: KafkaError) -> KafkaError:
-        # Kafka's coordinator runtime: a failed or moved log is NOT_COORDINATOR, a too-large batch an
-        # unknown server error, anything else COORDINATOR_NOT_AVAILABLE (retriable).
-        if e.code in (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_LEADER_OR_FOLLOWER):
-            return KafkaError(ErrorCode.NOT_COORDINATOR, str(e))
-        if e.code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
-            return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e))
-        return KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e))
+        return coordinator_append_error(e)
 
 
 Key = tuple[str, bytes, int]

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from minibroker.coordinator.internal_topic import InternalTopic
+from minibroker.coordinator.internal_topic import InternalTopic, coordinator_append_error
 from minibroker.coordinator.offsets_store import OFFSETS_TOPIC
 from minibroker.coordinator.record_codec import RecordError
 from minibroker.coordinator.transaction_records import (
@@ -202,12 +202,7 @@ class TransactionStateTopic(InternalTopic):
                 "segment.bytes": str(cfg["transaction.state.log.segment.bytes"])}
 
     def map_append_error(self, e: KafkaError) -> KafkaError:
-        # TransactionStateManager.appendTransactionToLog's mapping of append errors
-        if e.code in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE):
-            return KafkaError(E.UNKNOWN_SERVER_ERROR, str(e))
-        if e.code in (E.KAFKA_STORAGE_ERROR, E.NOT_LEADER_OR_FOLLOWER):
-            return KafkaError(E.NOT_COORDINATOR, str(e))
-        return KafkaError(E.COORDINATOR_NOT_AVAILABLE, str(e))
+        return coordinator_append_error(e)
 
     def append(self, transactional_id: str, value: bytes | None) -> None:
         """Write one transactional id's record; raises KafkaError with the code Kafka's coordinator gives
@@ -628,12 +623,17 @@ class TransactionCoordinator:
     # -- timers ---------------------------------------------------------------------------------
 
     def _abort_tick(self) -> None:
+        self._abort_timer = self._tick(self.abort_timed_out_transactions, "aborting timed-out transactions",
+                                       self.abort_interval_ms, self._abort_tick)
+
+    def _tick(self, work, what: str, interval_ms: int, again):
+        """Run a periodic job (its failure logged, never raised) and set its next run; the timer handle,
+        None once closed."""
         try:
-            self.abort_timed_out_transactions()
+            work()
         except Exception:
-            log.exception("aborting timed-out transactions failed")
-        if not self._closed:
-            self._abort_timer = self._call_later(self.abort_interval_ms, self._abort_tick)
+            log.exception("%s failed", what)
+        return None if self._closed else self._call_later(interval_ms, again)
 
     def abort_timed_out_transactions(self, now: int | None = None) -> int:
         """Abort every Ongoing transaction open longer than its timeout; returns how many."""
@@ -647,12 +647,8 @@ class TransactionCoordinator:
         return len(doomed)
 
     def _expiry_tick(self) -> None:
-        try:
-            self.expire_transactional_ids()
-        except Exception:
-            log.exception("expiring transactional ids failed")
-        if not self._closed:
-            self._expiry_timer = self._call_later(self.expiry_interval_ms, self._expiry_tick)
+        self._expiry_timer = self._tick(self.expire_transactional_ids, "expiring transactional ids",
+                                        self.expiry_interval_ms, self._expiry_tick)
 
     def expire_transactional_ids(self, now: int | None = None) -> int:
         """Forget transactional ids without a transaction and unused for ``transactional.id.expiration.ms``

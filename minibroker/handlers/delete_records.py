@@ -15,6 +15,7 @@ Gaps: none known.
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers.partition_answers import answer_partitions
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
@@ -50,21 +51,16 @@ def _delete(broker, topic: str, partition: int, offset: int) -> int:
 
 @handles(21, (0, 2))
 def handle_delete_records(broker, header, request):
-    topics = []
     refused = denied(broker, header, AclOperation.DELETE, ResourceType.TOPIC,
                      (t.name for t in request.topics))
-    for t in request.topics:
-        partitions = []
-        for p in t.partitions:
-            try:
-                if refused and t.name in refused:
-                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                low = _delete(broker, t.name, p.partition_index, p.offset)
-            except KafkaError as e:
-                partitions.append(
-                    Struct(partition_index=p.partition_index, low_watermark=-1, error_code=int(e.code))
-                )
-            else:
-                partitions.append(Struct(partition_index=p.partition_index, low_watermark=low, error_code=0))
-        topics.append(Struct(name=t.name, partitions=partitions))
-    return Struct(throttle_time_ms=0, topics=topics)
+
+    def answer(topic: str, p) -> Struct:
+        low = _delete(broker, topic, p.partition_index, p.offset)
+        return Struct(partition_index=p.partition_index, low_watermark=low, error_code=0)
+
+    def failed(p, code: ErrorCode) -> Struct:
+        return Struct(partition_index=p.partition_index, low_watermark=-1, error_code=int(code))
+
+    return Struct(throttle_time_ms=0, topics=[
+        Struct(name=t.name, partitions=partitions)
+        for t, partitions in answer_partitions(request.topics, refused, answer, failed)])

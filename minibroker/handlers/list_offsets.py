@@ -18,6 +18,7 @@ import functools
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.leader_epochs import LEADER_EPOCH, check_current_leader_epoch
+from minibroker.handlers.partition_answers import answer_partitions
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
@@ -49,41 +50,29 @@ def lookup(plog, timestamp: int, version: int, last_stable_offset=None) -> tuple
 def handle_list_offsets(broker, header, request):
     version = header.api_version
     committed = version >= 2 and request.isolation_level == 1
-    topics = []
     refused = denied(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC,
                      (t.name for t in request.topics))
-    for topic in request.topics:
-        partitions = []
-        for p in topic.partitions:
-            try:
-                if refused and topic.name in refused:
-                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                check_current_leader_epoch(p.current_leader_epoch)
-                plog = broker.replicas.get_log(topic.name, p.partition_index)
-                lso = None
-                if committed:
-                    lso = functools.partial(broker.replicas.last_stable_offset, topic.name, p.partition_index)
-                ts, offset = lookup(plog, p.timestamp, version, lso)
-                partitions.append(
-                    Struct(
-                        partition_index=p.partition_index,
-                        error_code=0,
-                        old_style_offsets=[offset] if offset >= 0 and p.max_num_offsets else [],
-                        timestamp=ts,
-                        offset=offset,
-                        leader_epoch=LEADER_EPOCH if offset >= 0 else -1,
-                    )
-                )
-            except KafkaError as e:
-                partitions.append(
-                    Struct(
-                        partition_index=p.partition_index,
-                        error_code=int(e.code),
-                        old_style_offsets=[],
-                        timestamp=-1,
-                        offset=-1,
-                        leader_epoch=-1,
-                    )
-                )
-        topics.append(Struct(name=topic.name, partitions=partitions))
-    return Struct(throttle_time_ms=0, topics=topics)
+
+    def answer(topic: str, p) -> Struct:
+        check_current_leader_epoch(p.current_leader_epoch)
+        plog = broker.replicas.get_log(topic, p.partition_index)
+        lso = None
+        if committed:
+            lso = functools.partial(broker.replicas.last_stable_offset, topic, p.partition_index)
+        ts, offset = lookup(plog, p.timestamp, version, lso)
+        return Struct(
+            partition_index=p.partition_index,
+            error_code=0,
+            old_style_offsets=[offset] if offset >= 0 and p.max_num_offsets else [],
+            timestamp=ts,
+            offset=offset,
+            leader_epoch=LEADER_EPOCH if offset >= 0 else -1,
+        )
+
+    def failed(p, code: ErrorCode) -> Struct:
+        return Struct(partition_index=p.partition_index, error_code=int(code), old_style_offsets=[],
+                      timestamp=-1, offset=-1, leader_epoch=-1)
+
+    return Struct(throttle_time_ms=0, topics=[
+        Struct(name=topic.name, partitions=partitions)
+        for topic, partitions in answer_partitions(request.topics, refused, answer, failed)])

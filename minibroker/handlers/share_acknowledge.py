@@ -27,17 +27,8 @@ partition. No quotas.
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.handlers import share_requests as share
 from minibroker.handlers.registry import handles
-from minibroker.handlers.share_requests import (
-    TopicNames,
-    acknowledgements,
-    apply_acknowledgements,
-    check_group_and_member,
-    current_leader,
-    grouped,
-    lock_timeout_ms,
-    share_groups_served,
-)
 from minibroker.protocol.codec import Struct
 from minibroker.services.share_sessions import FINAL_EPOCH
 
@@ -49,10 +40,10 @@ def _response(code=ErrorCode.NONE, message=None, responses=(), lock_ms=0) -> Str
 
 @handles(79, (1, 2))
 def handle_share_acknowledge(broker, header, request):
-    if not share_groups_served():
+    if not share.share_groups_served():
         return _response(ErrorCode.UNSUPPORTED_VERSION)
     try:
-        group_id, member_id = check_group_and_member(broker, header, request)
+        group_id, member_id = share.check_group_and_member(broker, header, request)
         sessions = broker.share_sessions
         epoch = request.share_session_epoch
         if epoch == FINAL_EPOCH:
@@ -61,15 +52,15 @@ def handle_share_acknowledge(broker, header, request):
             sessions.next_request(group_id, member_id, epoch)
     except KafkaError as e:  # a ShareRequestError too
         return _response(e.code, e.message)
-    acks = acknowledgements(request.topics)
-    names = TopicNames(broker, header)
+    acks = share.acknowledgements(request.topics)
+    names = share.TopicNames(broker, header)
     names.authorize(t for t, _ in acks)
     allow_renew = header.api_version >= 2 and bool(request.is_renew_ack)
-    results = apply_acknowledgements(broker, names, group_id, member_id, acks, allow_renew=allow_renew)
+    results = share.apply_acknowledgements(broker, names, group_id, member_id, acks, allow_renew=allow_renew)
     if epoch == FINAL_EPOCH:
         sessions.close(group_id, member_id)
-    leader = current_leader(broker)
+    leader = share.current_leader(broker)
     rows = {key: Struct(partition_index=key[1], error_code=int(code), error_message=message,
                         current_leader=leader)
             for key, (code, message) in results.items()}
-    return _response(responses=grouped(rows), lock_ms=lock_timeout_ms(broker, group_id))
+    return _response(responses=share.grouped(rows), lock_ms=share.lock_timeout_ms(broker, group_id))

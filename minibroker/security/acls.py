@@ -251,10 +251,14 @@ class AclStore:
         if not new:
             return
         self._acls.update(new)
+        self._save_or_undo(lambda: self._acls.difference_update(new))
+
+    def _save_or_undo(self, undo) -> None:
+        """Persist a change made in memory; when the file cannot be written, ``undo`` it and raise."""
         try:
             self._save()
         except OSError:
-            self._acls.difference_update(new)
+            undo()
             raise
         self._changed()
 
@@ -269,10 +273,5 @@ class AclStore:
         gone = {a for found in matched for a in found}
         if gone:
             self._acls.difference_update(gone)
-            try:
-                self._save()
-            except OSError:
-                self._acls.update(gone)
-                raise
-            self._changed()
+            self._save_or_undo(lambda: self._acls.update(gone))
         return matched

@@ -44,7 +44,7 @@ import errno
 import logging
 import socket
 
-from minibroker.services.quotas import SENSOR_SWEEP_MIN, ClientQuotas, Rate, address_key, now_ms, throttle_ms
+from minibroker.services.quotas import ClientQuotas, Rate, Sensors, address_key, now_ms, throttle_ms
 
 log = logging.getLogger("minibroker.server")
 
@@ -423,8 +423,7 @@ class ConnectionRateQuotas:
         self.num_samples = quotas.num_samples
         self.window_ms = quotas.window_ms
         self.broker_rate = Rate(self.num_samples, self.window_ms)
-        self.per_address: dict[str, Rate] = {}
-        self._sweep_at = SENSOR_SWEEP_MIN
+        self.per_address = Sensors(self.num_samples, self.window_ms)
         self.broker_throttles = self.address_throttles = 0  # connections delayed / refused (tests, debugging)
 
     def broker_delay_ms(self, now: float) -> int:
@@ -452,12 +451,7 @@ class ConnectionRateQuotas:
         limit = self.address_limit(address)
         if limit is None:
             return 0
-        rate = self.per_address.get(address)
-        if rate is None:
-            if len(self.per_address) >= self._sweep_at:
-                self.per_address = {a: r for a, r in self.per_address.items() if not r.idle(now)}
-                self._sweep_at = max(SENSOR_SWEEP_MIN, 2 * len(self.per_address))
-            rate = self.per_address[address] = Rate(self.num_samples, self.window_ms)
+        rate = self.per_address.get(address, now)
         rate.record(1.0, now)
         delay = throttle_ms(rate, limit, now, self.window_ms)
         if delay:

@@ -130,6 +130,32 @@ class Rate:
         return all(now - s.last >= self.num * self.window_ms for s in self.samples)
 
 
+class Sensors:
+    """A ``Rate`` per key (client tags, an address), made on first use; once ``SENSOR_SWEEP_MIN`` exist,
+    those idle for a whole window are dropped before the next one is made (Kafka expires idle sensors)."""
+
+    def __init__(self, num_samples: int, window_ms: float):
+        self.num_samples = num_samples
+        self.window_ms = window_ms
+        self.rates: dict = {}
+        self._sweep_at = SENSOR_SWEEP_MIN
+
+    def __len__(self) -> int:
+        return len(self.rates)
+
+    def clear(self) -> None:
+        self.rates.clear()
+
+    def get(self, key, now: float) -> Rate:
+        rate = self.rates.get(key)
+        if rate is None:
+            if len(self.rates) >= self._sweep_at:
+                self.rates = {k: r for k, r in self.rates.items() if not r.idle(now)}
+                self._sweep_at = max(SENSOR_SWEEP_MIN, 2 * len(self.rates))
+            rate = self.rates[key] = Rate(self.num_samples, self.window_ms)
+        return rate
+
+
 def throttle_ms(rate: Rate, bound: float, now: float, cap: float | None = None) -> int:
     """0 within ``bound``; else the delay that brings the rate back to it, assuming nothing more is
     recorded (QuotaUtils.throttleTime), at most ``cap``."""
@@ -172,10 +198,9 @@ class ClientRateQuota:
         self.max_throttle_ms = max_throttle_ms
         # (user part, client part) -> limit; a part is a name, DEFAULT, or None when the entity lacks it
         self.limits: dict[tuple, float] = {}
-        self.sensors: dict[tuple[str, str], Rate] = {}
+        self.sensors = Sensors(num_samples, window_ms)  # by (user, client id) tags
         self.enabled = False
         self.throttled = 0  # responses throttled for this key (for tests and debugging)
-        self._sweep_at = SENSOR_SWEEP_MIN
 
     def set_limits(self, limits: dict[tuple, float]) -> None:
         self.limits = limits
@@ -205,15 +230,6 @@ class ClientRateQuota:
                     return ("", client_id), limits[key]
         return None
 
-    def _sensor(self, tags: tuple[str, str], now: float) -> Rate:
-        sensor = self.sensors.get(tags)
-        if sensor is None:
-            if len(self.sensors) >= self._sweep_at:
-                self.sensors = {t: s for t, s in self.sensors.items() if not s.idle(now)}
-                self._sweep_at = max(SENSOR_SWEEP_MIN, 2 * len(self.sensors))
-            sensor = self.sensors[tags] = Rate(self.num_samples, self.window_ms)
-        return sensor
-
     def record(self, user: str, client_id: str, value: float, now: float | None = None) -> int:
         """Record ``value`` for this client; the throttle time in ms (0 within its quota or without one)."""
         found = self.resolve(user, client_id)
@@ -222,7 +238,7 @@ class ClientRateQuota:
         tags, limit = found
         if now is None:
             now = now_ms()
-        sensor = self._sensor(tags, now)
+        sensor = self.sensors.get(tags, now)
         sensor.record(value, now)
         delay = throttle_ms(sensor, limit, now, self.max_throttle_ms)
         if delay:
@@ -236,7 +252,7 @@ class ClientRateQuota:
         found = self.resolve(user, client_id)
         if found is not None:
             now = now_ms() if now is None else now
-            self._sensor(found[0], now).record(-value, now)
+            self.sensors.get(found[0], now).record(-value, now)
 
     def max_value_in_window(self, user: str, client_id: str) -> float | None:
         """The most one request may take without a certain throttle (Kafka caps a fetch's max bytes at it)."""

@@ -196,16 +196,24 @@ def _offset_spec(options: Mapping[str, str], prefix: str, *, streaming: bool,
     return OffsetSpec("specific", offsets=offsets)
 
 
-def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> KafkaOptions:
-    """Validate the options of a read (batch when ``streaming`` is false)."""
+def _servers_and_client(options: Mapping[str, str], role: str, forbidden: Mapping[str, str]
+                        ) -> tuple[str, dict[str, str]]:
+    """``kafka.bootstrap.servers`` (required) and the other ``kafka.*`` options as a client config, none
+    of the ``forbidden`` ones (Spark's rules for a consumer or producer)."""
     servers = _get(options, "kafka.bootstrap.servers")
     if not servers:
-        raise OptionError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
+        raise OptionError(f"Option 'kafka.bootstrap.servers' must be specified for configuring Kafka {role}")
     client = _client_config(options)
-    for key, why in _SOURCE_FORBIDDEN.items():
+    for key, why in forbidden.items():
         if key in client:
             raise OptionError(f"Kafka option '{key}' is not supported. {why}.")
     client.pop("bootstrap.servers", None)
+    return servers, client
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> KafkaOptions:
+    """Validate the options of a read (batch when ``streaming`` is false)."""
+    servers, client = _servers_and_client(options, "consumer", _SOURCE_FORBIDDEN)
 
     given = [name for name in ("subscribe", "subscribePattern", "assign") if _get(options, name) is not None]
     if len(given) != 1:
@@ -288,14 +296,7 @@ class SinkOptions:
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    servers = _get(options, "kafka.bootstrap.servers")
-    if not servers:
-        raise OptionError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka producer")
-    client = _client_config(options)
-    for key, why in _SINK_FORBIDDEN.items():
-        if key in client:
-            raise OptionError(f"Kafka option '{key}' is not supported. {why}.")
-    client.pop("bootstrap.servers", None)
+    servers, client = _servers_and_client(options, "producer", _SINK_FORBIDDEN)
     topic = _get(options, "topic")
     return SinkOptions(bootstrap_servers=servers, client_config=client,
                        topic=topic.strip() if topic else None)

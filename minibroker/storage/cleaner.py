@@ -47,6 +47,7 @@ compacted: a log holding any is skipped, with the reason logged once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -1034,10 +1035,8 @@ class LogCleaner:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
         self.stop()
 
     def _stop_worker(self) -> None:

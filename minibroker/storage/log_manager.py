@@ -22,6 +22,7 @@ a crash left (``_settle_duplicates``, discarded ``-future`` dirs). See docs/stor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import json
@@ -926,10 +927,8 @@ class LogManager:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
         if self.cleaner is not None:
             await self.cleaner.aclose()
         moving = [m.task for m in self._moves.values() if m.task is not None]

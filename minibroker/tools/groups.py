@@ -262,6 +262,18 @@ def _reset_targets(admin, args, tps: list) -> dict:
     return plan
 
 
+def _reset_plan(admin, args, candidates, none_text: str):
+    """The reset's target offset of each partition the options choose among ``candidates``; None (after
+    saying why) when there is nothing to reset."""
+    tps = _partitions_to_reset(admin, args, candidates)
+    if tps is None:
+        return None
+    if not tps:
+        print(f"minibroker groups: {none_text} to reset", file=sys.stderr)
+        return None
+    return _reset_targets(admin, args, tps)
+
+
 def _reset_share_group(admin, args, out, group, rows) -> int:
     """reset-offsets of a share group: AlterShareGroupOffsets, as kafka-share-groups.sh --reset-offsets;
     the group must be Empty."""
@@ -273,14 +285,10 @@ def _reset_share_group(admin, args, out, group, rows) -> int:
         print(f"minibroker groups: share group '{args.group}' is not empty (state {group.group_state}): "
               "its start offsets can only be reset while it has no members.", file=sys.stderr)
         return 1
-    tps = _partitions_to_reset(admin, args, [TopicPartition(t, p) for (t, p), (start, _lag)
-                                             in sorted(rows.items()) if start >= 0])
-    if tps is None:
+    plan = _reset_plan(admin, args, [TopicPartition(t, p) for (t, p), (start, _lag) in sorted(rows.items())
+                                     if start >= 0], f"share group '{args.group}' has no start offsets")
+    if plan is None:
         return 1
-    if not tps:
-        print(f"minibroker groups: share group '{args.group}' has no start offsets to reset", file=sys.stderr)
-        return 1
-    plan = _reset_targets(admin, args, tps)
     if args.execute:
         by_topic: dict[str, list] = {}
         for tp, offset in sorted(plan.items()):
@@ -295,11 +303,16 @@ def _reset_share_group(admin, args, out, group, rows) -> int:
             print(f"minibroker groups: reset failed: error {r.error_code} {failed or ''}".rstrip(),
                   file=sys.stderr)
             return 1
-    rows_out = [["GROUP", "TOPIC", "PARTITION", "NEW-START-OFFSET"]]
-    rows_out += [[args.group, tp.topic, tp.partition, plan[tp]] for tp in sorted(plan)]
-    _table(rows_out, out)
+    return _print_plan(args, plan, "NEW-START-OFFSET", "set these start offsets", out)
+
+
+def _print_plan(args, plan, column: str, what: str, out) -> int:
+    """A reset's table (each partition's new offset), and on a dry run how to carry it out."""
+    rows = [["GROUP", "TOPIC", "PARTITION", column]]
+    rows += [[args.group, tp.topic, tp.partition, plan[tp]] for tp in sorted(plan)]
+    _table(rows, out)
     if not args.execute:
-        print("(dry run: add --execute to set these start offsets)", file=sys.stderr)
+        print(f"(dry run: add --execute to {what})", file=sys.stderr)
     return 0
 
 
@@ -321,25 +334,16 @@ def _reset(admin, args, out) -> int:
               f"but the current state is {state}.", file=sys.stderr)
         return 1
     committed = admin.list_group_offsets(args.group).get(args.group, {})
-    tps = _partitions_to_reset(admin, args, sorted(committed))
-    if tps is None:
+    plan = _reset_plan(admin, args, sorted(committed), f"group '{args.group}' has no offsets")
+    if plan is None:
         return 1
-    if not tps:
-        print(f"minibroker groups: group '{args.group}' has no offsets to reset", file=sys.stderr)
-        return 1
-    plan = _reset_targets(admin, args, tps)
     if args.execute:
         result = admin.reset_group_offsets(args.group, dict(plan))
         failed = {tp: r["error"] for tp, r in result.items() if r["error"].errno != 0}
         if failed:
             print(f"minibroker groups: reset failed: {failed}", file=sys.stderr)
             return 1
-    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
-    rows += [[args.group, tp.topic, tp.partition, plan[tp]] for tp in sorted(plan)]
-    _table(rows, out)
-    if not args.execute:
-        print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
-    return 0
+    return _print_plan(args, plan, "NEW-OFFSET", "commit these offsets", out)
 
 
 def _delete(admin, args, out) -> int:
@@ -371,7 +375,7 @@ def run(args, out=None) -> int:
     except KafkaError as e:
         print(f"minibroker groups: cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
         return 1
-    from minibroker.tools.topics import ToolError
+    from minibroker.tools.topics import ToolError, report_failure
 
     try:
         return ACTIONS[args.action](admin, args, out)
@@ -379,7 +383,6 @@ def run(args, out=None) -> int:
         print(f"minibroker groups: {e!r}", file=sys.stderr)
         return 1
     except ToolError as e:
-        print(f"minibroker groups: {e}", file=sys.stderr)
-        return 1
+        return report_failure("groups", args, e)
     finally:
         admin.close()

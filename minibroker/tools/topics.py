@@ -256,18 +256,18 @@ def run_admin(tool: str, admin_class, actions: dict, args, out=None, check_usage
         security = read_client_config(args.command_config)
         with admin_class(args.bootstrap_server, timeout=args.timeout, security=security) as admin:
             return actions[args.action](admin, args, out)
-    except ClientConfigError as e:
-        print(f"minibroker {tool}: {e}", file=sys.stderr)
-        return 2
-    except UsageError as e:
+    except (ClientConfigError, UsageError, ToolError, OSError) as e:
+        return report_failure(tool, args, e)
+
+
+def report_failure(tool: str, args, e: Exception) -> int:
+    """Say on stderr why ``tool`` failed; the exit code: 2 for usage and client-config errors, 1 else."""
+    if isinstance(e, UsageError):
         print(f"minibroker {tool} {args.action}: {e}", file=sys.stderr)
         return 2
-    except ToolError as e:
-        print(f"minibroker {tool}: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"minibroker {tool}: {failure_text(args.bootstrap_server, e)}", file=sys.stderr)
-        return 1
+    text = failure_text(args.bootstrap_server, e) if isinstance(e, OSError) else str(e)
+    print(f"minibroker {tool}: {text}", file=sys.stderr)
+    return 2 if isinstance(e, ClientConfigError) else 1
 
 
 def run(args, out=None) -> int:
