@@ -25,6 +25,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from minibroker.config import sources
 from minibroker.config.dynamic import check_dynamic, dynamic_spec
 from minibroker.config.keys import (
     BROKER_CONFIGS,
@@ -42,14 +43,7 @@ from minibroker.config.keys import (
 )
 from minibroker.config.listeners import Listener, parse_listeners, parse_security_protocol_map
 from minibroker.config.sasl import SaslConfigError, sasl_listener_settings
-from minibroker.config.sources import (
-    ConfigError,
-    env_to_properties,
-    env_var_to_key,
-    key_to_env_var,
-    parse_overrides,
-    read_properties_file,
-)
+from minibroker.config.sources import ConfigError
 from minibroker.config.validators import parse_host_counts
 
 __all__ = ["BrokerConfig", "did_you_mean", "load_config"]
@@ -283,8 +277,8 @@ def _parse_layer(props: Mapping[str, str], source: str, unknown: dict[str, str])
         try:
             typed[key] = spec.parse(raw)
         except ValueError as e:
-            where = {"env": f"environment variable {key_to_env_var(key)}", "file": "the properties file",
-                     "override": "--override"}[source]
+            where = {"env": f"environment variable {sources.key_to_env_var(key)}",
+                     "file": "the properties file", "override": "--override"}[source]
             allowed = spec.validator.describe() if spec.validator is not None else spec.type.name.lower()
             raise ConfigError(f"Invalid value {raw!r} for configuration {key} (from {where}): {e}; "
                               f"allowed: {allowed}") from None
@@ -299,10 +293,10 @@ def load_config(properties_file: str | None, overrides: list[str],
     file_lines: dict[str, int] = {}
     per_layer: dict[str, dict[str, str]] = {"file": {}, "env": {}, "override": {}}
     layers = {
-        "file": _parse_layer(read_properties_file(properties_file, file_lines) if properties_file else {},
-                             "file", per_layer["file"]),
-        "env": _parse_layer(env_to_properties(environ), "env", per_layer["env"]),
-        "override": _parse_layer(parse_overrides(overrides), "override", per_layer["override"]),
+        "file": _parse_layer(sources.read_properties_file(properties_file, file_lines)
+                             if properties_file else {}, "file", per_layer["file"]),
+        "env": _parse_layer(sources.env_to_properties(environ), "env", per_layer["env"]),
+        "override": _parse_layer(sources.parse_overrides(overrides), "override", per_layer["override"]),
     }
     for source, found in per_layer.items():
         for key in sorted(found):
@@ -310,7 +304,8 @@ def load_config(properties_file: str | None, overrides: list[str],
                 where = f"{properties_file}, line {file_lines[key]}" if key in file_lines else properties_file
             elif source == "env":
                 where = "environment " + next((v for v in sorted(environ) if v.startswith("KAFKA_")
-                                               and env_var_to_key(v) == key), key_to_env_var(key))
+                                               and sources.env_var_to_key(v) == key),
+                                              sources.key_to_env_var(key))
             else:
                 where = "--override"
             log.warning("Unknown configuration %s=%r (from %s) is ignored%s", key, found[key], where,

@@ -28,17 +28,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from minibroker.coordinator.record_codec import (
-    I8,
-    I16,
-    I32,
-    I64,
-    RecordError,
-    RecordReader,
-    write_array_len,
-    write_string,
-    write_tagged_fields,
-)
+from minibroker.coordinator import record_codec as rc
 
 SHARE_SNAPSHOT_KEY_VERSION = 0
 SHARE_UPDATE_KEY_VERSION = 1
@@ -86,65 +76,65 @@ class ShareUpdateValue(NamedTuple):
 def encode_key(key: ShareStateKey) -> bytes:
     if len(key.topic_id) != 16:
         raise ValueError("a topic id is 16 bytes")
-    out = bytearray(I16.pack(SHARE_SNAPSHOT_KEY_VERSION if key.snapshot else SHARE_UPDATE_KEY_VERSION))
-    write_string(out, key.group_id)
+    out = bytearray(rc.I16.pack(SHARE_SNAPSHOT_KEY_VERSION if key.snapshot else SHARE_UPDATE_KEY_VERSION))
+    rc.write_string(out, key.group_id)
     out += key.topic_id
-    out += I32.pack(key.partition)
+    out += rc.I32.pack(key.partition)
     return bytes(out)
 
 
 def _write_batches(out: bytearray, batches) -> None:
-    write_array_len(out, len(batches), flexible=True)
+    rc.write_array_len(out, len(batches), flexible=True)
     for b in batches:
-        out += I64.pack(b.first_offset)
-        out += I64.pack(b.last_offset)
-        out += I8.pack(b.delivery_state)
-        out += I16.pack(b.delivery_count)
-        write_tagged_fields(out, ())
+        out += rc.I64.pack(b.first_offset)
+        out += rc.I64.pack(b.last_offset)
+        out += rc.I8.pack(b.delivery_state)
+        out += rc.I16.pack(b.delivery_count)
+        rc.write_tagged_fields(out, ())
+
+
+def _encode_value(fields, batches, tagged) -> bytes:
+    """Both values: the version, the fixed-width ``fields`` ((struct, value) in order), the state
+    batches, the tagged fields."""
+    out = bytearray(rc.I16.pack(SHARE_VALUE_VERSION))
+    for st, value in fields:
+        out += st.pack(value)
+    _write_batches(out, batches)
+    rc.write_tagged_fields(out, tagged)
+    return bytes(out)
 
 
 def encode_snapshot_value(v: ShareSnapshotValue) -> bytes:
-    out = bytearray(I16.pack(SHARE_VALUE_VERSION))
-    out += I32.pack(v.snapshot_epoch)
-    out += I32.pack(v.state_epoch)
-    out += I32.pack(v.leader_epoch)
-    out += I64.pack(v.start_offset)
-    out += I64.pack(v.create_timestamp)
-    out += I64.pack(v.write_timestamp)
-    _write_batches(out, v.batches)
-    write_tagged_fields(out, v.tagged)
-    return bytes(out)
+    i32, i64 = rc.I32, rc.I64
+    return _encode_value(((i32, v.snapshot_epoch), (i32, v.state_epoch), (i32, v.leader_epoch),
+                          (i64, v.start_offset), (i64, v.create_timestamp), (i64, v.write_timestamp)),
+                         v.batches, v.tagged)
 
 
 def encode_update_value(v: ShareUpdateValue) -> bytes:
-    out = bytearray(I16.pack(SHARE_VALUE_VERSION))
-    out += I32.pack(v.snapshot_epoch)
-    out += I32.pack(v.leader_epoch)
-    out += I64.pack(v.start_offset)
-    _write_batches(out, v.batches)
-    write_tagged_fields(out, v.tagged)
-    return bytes(out)
+    return _encode_value(((rc.I32, v.snapshot_epoch), (rc.I32, v.leader_epoch), (rc.I64, v.start_offset)),
+                         v.batches, v.tagged)
 
 
 # -- reading ------------------------------------------------------------------------------------
 
 
 def decode_key(data: bytes) -> ShareStateKey:
-    """A key of either record; RecordError for any other key version or a cut-short key."""
-    r = RecordReader(data)
+    """A key of either record; rc.RecordError for any other key version or a cut-short key."""
+    r = rc.RecordReader(data)
     version = r.i16()
     if version not in (SHARE_SNAPSHOT_KEY_VERSION, SHARE_UPDATE_KEY_VERSION):
-        raise RecordError(f"unknown __share_group_state key version {version}")
+        raise rc.RecordError(f"unknown __share_group_state key version {version}")
     group_id = r.string("GroupId")
     topic_id = r.raw(16)
     partition = r.i32()
     return ShareStateKey(version == SHARE_SNAPSHOT_KEY_VERSION, group_id, topic_id, partition)
 
 
-def _read_batches(r: RecordReader) -> tuple[StateBatchRecord, ...]:
+def _read_batches(r: rc.RecordReader) -> tuple[StateBatchRecord, ...]:
     n = r.array_len("StateBatches")
     if n > len(r.buf) - r.pos:  # each batch takes 20 bytes or more: a count this large is damage
-        raise RecordError("StateBatches count larger than the record")
+        raise rc.RecordError("StateBatches count larger than the record")
     batches = []
     for _ in range(n):
         batches.append(StateBatchRecord(r.i64(), r.i64(), r.i8(), r.i16()))
@@ -152,11 +142,11 @@ def _read_batches(r: RecordReader) -> tuple[StateBatchRecord, ...]:
     return tuple(batches)
 
 
-def _reader(data: bytes) -> RecordReader:
-    r = RecordReader(data, flexible=True)
+def _reader(data: bytes) -> rc.RecordReader:
+    r = rc.RecordReader(data, flexible=True)
     version = r.i16()
     if version != SHARE_VALUE_VERSION:
-        raise RecordError(f"unknown __share_group_state value version {version}")
+        raise rc.RecordError(f"unknown __share_group_state value version {version}")
     return r
 
 

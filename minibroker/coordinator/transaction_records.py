@@ -32,17 +32,9 @@ from collections.abc import Sequence
 from enum import IntEnum
 from typing import NamedTuple
 
-from minibroker.coordinator.record_codec import (
-    I8,
-    I16,
-    I32,
-    I64,
-    RecordError,
-    RecordReader,
-    write_array_len,
-    write_string,
-    write_tagged_fields,
-)
+from minibroker.coordinator import record_codec as rc
+
+RecordError = rc.RecordError  # what the decoders below raise
 
 KEY_VERSION = 0
 VALUE_VERSION = 0  # non-flexible: what Kafka writes before transaction.version 1
@@ -51,9 +43,9 @@ VALUE_VERSIONS = (0, 1)
 
 # v1 tagged fields: tag -> (field name, struct, default)
 _TAGS = {
-    0: ("previous_producer_id", I64, -1),
-    1: ("next_producer_id", I64, -1),
-    2: ("client_transaction_version", I16, 0),
+    0: ("previous_producer_id", rc.I64, -1),
+    1: ("next_producer_id", rc.I64, -1),
+    2: ("client_transaction_version", rc.I16, 0),
 }
 
 
@@ -103,15 +95,15 @@ def record_version(buf) -> int:
     """The int16 version a key or value starts with."""
     if len(buf) < 2:
         raise RecordError("record shorter than its version")
-    return I16.unpack_from(buf, 0)[0]
+    return rc.I16.unpack_from(buf, 0)[0]
 
 
 # -- writing ------------------------------------------------------------------------------------
 
 
 def encode_key(transactional_id: str) -> bytes:
-    out = bytearray(I16.pack(KEY_VERSION))
-    write_string(out, transactional_id)
+    out = bytearray(rc.I16.pack(KEY_VERSION))
+    rc.write_string(out, transactional_id)
     return bytes(out)
 
 
@@ -125,21 +117,21 @@ def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> by
             raise ValueError("a transaction in state Empty cannot have partitions")
         partitions = None
     flexible = version >= 1
-    out = bytearray(I16.pack(version))
-    out += I64.pack(value.producer_id)
-    out += I16.pack(value.producer_epoch)
-    out += I32.pack(value.transaction_timeout_ms)
-    out += I8.pack(value.transaction_status)
-    write_array_len(out, None if partitions is None else len(partitions), flexible)
+    out = bytearray(rc.I16.pack(version))
+    out += rc.I64.pack(value.producer_id)
+    out += rc.I16.pack(value.producer_epoch)
+    out += rc.I32.pack(value.transaction_timeout_ms)
+    out += rc.I8.pack(value.transaction_status)
+    rc.write_array_len(out, None if partitions is None else len(partitions), flexible)
     for p in partitions or ():
-        write_string(out, p.topic, flexible)
-        write_array_len(out, len(p.partition_ids), flexible)
+        rc.write_string(out, p.topic, flexible)
+        rc.write_array_len(out, len(p.partition_ids), flexible)
         for pid in p.partition_ids:
-            out += I32.pack(pid)
+            out += rc.I32.pack(pid)
         if flexible:
-            write_tagged_fields(out, ())  # a partition entry has none
-    out += I64.pack(value.transaction_last_update_timestamp_ms)
-    out += I64.pack(value.transaction_start_timestamp_ms)
+            rc.write_tagged_fields(out, ())  # a partition entry has none
+    out += rc.I64.pack(value.transaction_last_update_timestamp_ms)
+    out += rc.I64.pack(value.transaction_start_timestamp_ms)
     if flexible:
         tags: list[tuple[int, bytes]] = []
         for tag, (name, st, default) in _TAGS.items():
@@ -147,7 +139,7 @@ def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> by
             if v != default:
                 tags.append((tag, st.pack(v)))
         tags.extend((int(t), bytes(b)) for t, b in value.unknown_tags)
-        write_tagged_fields(out, tags)
+        rc.write_tagged_fields(out, tags)
     return bytes(out)
 
 
@@ -159,7 +151,7 @@ def decode_key(buf) -> TransactionLogKey | None:
     (``record_version`` says which)."""
     if record_version(buf) != KEY_VERSION:
         return None
-    r = RecordReader(buf, 2)
+    r = rc.RecordReader(buf, 2)
     return TransactionLogKey(r.string("transactionalId"))
 
 
@@ -167,7 +159,7 @@ def decode_value(buf) -> TransactionLogValue:
     version = record_version(buf)
     if version not in VALUE_VERSIONS:
         raise RecordError(f"Unknown version {version} from the transaction log message value")
-    r = RecordReader(buf, 2, version >= 1)
+    r = rc.RecordReader(buf, 2, version >= 1)
     producer_id = r.i64()
     producer_epoch = r.i16()
     timeout_ms = r.i32()

@@ -21,6 +21,14 @@ V2_ATTRIBUTES_OFFSET = 21
 V0_MIN_ENTRY = LOG_OVERHEAD + 14
 V1_MIN_ENTRY = LOG_OVERHEAD + 22
 
+# Attribute bits with the same meaning in every magic (v0/v1 int8, v2 int16): codec id and timestamp type
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+# Big-endian ints, as every format writes them
+I64 = struct.Struct(">q")
+I32 = struct.Struct(">i")
+U32 = struct.Struct(">I")
+
 # v2 batch header, after the 12 bytes of log overhead:
 # partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp,
 # producerId, producerEpoch, baseSequence, recordCount

@@ -29,6 +29,10 @@ from minibroker.records.codecs import (
     SpillingPayload,
     decompress,
 )
+from minibroker.records.framing import COMPRESSION_MASK, TIMESTAMP_TYPE_MASK
+from minibroker.records.framing import I32 as _I32
+from minibroker.records.framing import I64 as _I64
+from minibroker.records.framing import U32 as _U32
 from minibroker.records.record import NO_TIMESTAMP, Record, TimestampType
 
 LOG_OVERHEAD = 12
@@ -38,14 +42,9 @@ ATTRIBUTES_OFFSET = 17
 TIMESTAMP_OFFSET = 18  # v1 only
 RECORD_OVERHEAD_V0 = 14  # crc + magic + attributes + key length + value length
 RECORD_OVERHEAD_V1 = 22  # ... + timestamp
-COMPRESSION_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
 
 _OVERHEAD = struct.Struct(">qi")
 _HEAD = struct.Struct(">Ibb")
-_I64 = struct.Struct(">q")
-_I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
 
 
 class LegacyFormatError(ValueError):

@@ -37,6 +37,10 @@ from minibroker.records.codecs import (
     SpillingPayload,
     decompress,
 )
+from minibroker.records.framing import COMPRESSION_MASK, TIMESTAMP_TYPE_MASK
+from minibroker.records.framing import I32 as _I32
+from minibroker.records.framing import I64 as _I64
+from minibroker.records.framing import U32 as _U32
 from minibroker.records.record import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -65,17 +69,12 @@ RECORDS_OFFSET = 61
 HEADER_SIZE = 61
 MIN_RECORD_SIZE = 7  # length + attributes + tsDelta + offsetDelta + key -1 + value -1 + 0 headers
 
-COMPRESSION_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
 
 # the whole header, one field per format character (see the table above)
 HEADER = struct.Struct(">qiibIhiqqqhii")
-_I64 = struct.Struct(">q")
-_I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 _ATTR_TO_END = struct.Struct(">hiqqqhii")  # attributes .. recordsCount (bytes 21..61)
 _MAX_INT32 = 2**31 - 1
