@@ -156,6 +156,12 @@ class _MmapIndex:
     def _file_size(self) -> int:
         return self._file_length if self._in_memory else os.fstat(self._fd).st_size
 
+    def _check_shape(self) -> None:
+        """What every index's sanity check starts with: no unwritten pages, a whole number of entries."""
+        self.check_written()
+        if self._file_size() % self._entry_size:
+            raise CorruptIndexError(f"{self.path}: size is not a multiple of {self._entry_size}")
+
     def check_written(self) -> None:
         """A trimmed index has no holes. One with unwritten (sparse) pages was still preallocated
         when the broker stopped: its length says nothing about its entries, and reading a hole
@@ -279,9 +285,7 @@ class OffsetIndex(_MmapIndex):
     def sanity_check(self, log_size: int) -> None:
         """Cheap checks (no full scan): no unwritten pages, size a whole number of entries, last
         entry inside the log."""
-        self.check_written()
-        if self._file_size() % self._entry_size:
-            raise CorruptIndexError(f"{self.path}: size is not a multiple of {self._entry_size}")
+        self._check_shape()
         if self.entries:
             first_rel, _ = self._entry(0)
             last_rel, last_pos = self._entry(self.entries - 1)
@@ -338,9 +342,7 @@ class TimeIndex(_MmapIndex):
         self.entries = n
 
     def sanity_check(self, next_offset: int) -> None:
-        self.check_written()
-        if self._file_size() % self._entry_size:
-            raise CorruptIndexError(f"{self.path}: size is not a multiple of {self._entry_size}")
+        self._check_shape()
         if self.entries:
             first_ts, first_rel = self._entry(0)
             last_ts, last_rel = self._entry(self.entries - 1)
