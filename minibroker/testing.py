@@ -245,6 +245,7 @@ class BrokerRunner:
             **(overrides or {}),
         }
         self.port: int | None = None
+        self.start_seconds: float | None = None  # wall time of the last start() (a fixture's: its setup)
         self.broker = None  # the Broker object in thread mode
         self.process: subprocess.Popen | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -260,10 +261,14 @@ class BrokerRunner:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> BrokerRunner:
+        """Start the broker and wait until it accepts connections; ``start_seconds`` says how long that
+        took (the fixtures set it to their whole setup, the import of the broker included)."""
+        began = time.perf_counter()
         if self.mode == "thread":
             self._start_thread(timeout)
         else:
             self._start_process(timeout)
+        self.start_seconds = time.perf_counter() - began
         return self
 
     def _start_thread(self, timeout: float) -> None:
