@@ -93,7 +93,7 @@ class QuietKafkaImport(importlib.abc.MetaPathFinder):
     @classmethod
     def install(cls) -> None:
         if "kafka" not in sys.modules and not any(isinstance(f, cls) for f in sys.meta_path):
-            sys.meta_path.append(cls())
+            sys.meta_path.insert(0, cls())  # before the path finder, which would find kafka first
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "kafka":

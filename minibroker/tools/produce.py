@@ -3,7 +3,9 @@
 Each line of stdin (bytes, the trailing newline removed) becomes one record. With
 ``--key-separator SEP`` the text before the first SEP is the key (a line without SEP is an
 error, as Kafka's ``parse.key=true`` makes it). ``--header k=v`` (repeatable) adds headers to
-every record; ``--compression`` picks the batch codec; ``--partition`` pins the partition, else a key's
+every record; ``--compression`` picks the batch codec; records carry a producer id and sequence numbers
+(idempotent, as Kafka's producers are by default since 3.0) unless ``enable.idempotence=false`` or
+``--acks`` is below all; ``--partition`` pins the partition, else a key's
 partition is Kafka's (murmur2) and records without a key go round-robin
 (minibroker/tools/records_client.py). What stdin has ready is sent as one Produce request per leader
 before the next read, so an interactive line is sent at once and a piped file in large batches.
@@ -25,7 +27,8 @@ from minibroker.tools.command import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, r
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 # --producer-property keys (Kafka's names; kafka-python's spelling with underscores is read too)
 PRODUCER_PROPERTIES = {"acks": str, "compression.type": str, "batch.size": int, "linger.ms": int,
-                       "retries": int, "client.id": str}
+                       "retries": int, "client.id": str, "enable.idempotence": str,
+                       "magic": int}  # minibroker's own: 0 or 1 writes an old message format (teaching)
 
 
 def parse_properties(items: list[str] | None) -> dict[str, object]:
@@ -136,6 +139,14 @@ def run(args, stdin=None) -> int:
     if compression not in COMPRESSION:
         report("produce", f"compression.type={compression}: use one of {', '.join(COMPRESSION)}")
         return EXIT_USAGE
+    magic = int(settings.get("magic", 2))
+    if magic not in (0, 1, 2):
+        report("produce", f"magic={magic}: use 0, 1 or 2")
+        return EXIT_USAGE
+    idempotence = str(settings.get("enable.idempotence", "true" if magic == 2 else "false")).lower()
+    if idempotence not in ("true", "false"):
+        report("produce", f"enable.idempotence={idempotence}: use true or false")
+        return EXIT_USAGE
     tally = Tally()
 
     def work(security, deadline) -> int:
@@ -147,7 +158,10 @@ def run(args, stdin=None) -> int:
             producer = RecordProducer(cluster, acks=-1 if acks_text == "all" else int(acks_text),
                                       compression=Compression[compression.upper()],
                                       batch_bytes=int(settings.get("batch.size", BATCH_BYTES)),
-                                      retries=settings.get("retries"))
+                                      retries=settings.get("retries"),
+                                      # as Kafka's producers since 3.0 (not with acks below all)
+                                      idempotent=idempotence == "true" and acks_text in ("all", "-1"),
+                                      magic=magic)
             producer.partition_count(args.topic)  # the topic (auto-created where the broker does) and
             if args.partition is not None:        # the partition exist, within the whole --timeout
                 producer.choose_partition(args.topic, None, args.partition)

@@ -104,8 +104,13 @@ class RecordProducer:
     """Sends records to a cluster; ``send`` returns each record's ``Outcome`` in order."""
 
     def __init__(self, cluster: Cluster, *, acks: int = -1, compression: Compression = Compression.NONE,
-                 batch_bytes: int = BATCH_BYTES, retries: int | None = None, idempotent: bool = False):
+                 batch_bytes: int = BATCH_BYTES, retries: int | None = None, idempotent: bool = False,
+                 magic: int = 2):
         self.cluster = cluster
+        # 0 or 1: messages in an old format, as a Kafka 0.8/0.9 or 0.10 client wrote them (Produce v0-v1 or
+        # v2, which carry them), for teaching (docs/teaching.md); no producer ids there
+        self.magic = magic
+        self.produce_versions = {0: (0, 1), 1: (2, 2)}.get(magic, (3, PRODUCE_NAMES_UP_TO))
         self.acks = acks
         self.compression = Compression(compression)
         self.batch_bytes = batch_bytes
@@ -191,13 +196,20 @@ class RecordProducer:
         return chunks + ([current] if current else [])
 
     def _batch(self, topic: str, partition: int, records, indexes: list[int]) -> bytes:
+        now = int(time.time() * 1000)
+        if self.magic < 2:
+            from minibroker.records.legacy import MessageSetBuilder
+
+            legacy = MessageSetBuilder(self.magic, compression=self.compression)
+            for offset, i in enumerate(indexes):
+                legacy.append(offset, now, records[i][0], records[i][1])
+            return legacy.build()
         ids = {}
         if self.idempotent:
             producer_id, epoch = self._producer_id()
             ids = {"producer_id": producer_id, "producer_epoch": epoch,
                    "base_sequence": self._sequences.get((topic, partition), 0)}
         builder = BatchBuilder(compression=self.compression, **ids)
-        now = int(time.time() * 1000)
         for offset, i in enumerate(indexes):
             key, value, headers = records[i]
             builder.append(offset, now, key, value, [(k, v) for k, v in headers or ()])
@@ -218,12 +230,12 @@ class RecordProducer:
                         for p, indexes in batches]}]}
             conn = self.cluster.node(leader)
             if self.acks == 0:
-                conn.send(PRODUCE, body, at_least=3, at_most=PRODUCE_NAMES_UP_TO)
+                conn.send(PRODUCE, body, *self.produce_versions)
                 for _, indexes in batches:
                     for i in indexes:
                         outcomes[i].offset = -1
                 continue
-            answer = conn.request(PRODUCE, body, at_least=3, at_most=PRODUCE_NAMES_UP_TO)
+            answer = conn.request(PRODUCE, body, *self.produce_versions)
             sent = {p: indexes for p, indexes in batches}
             for t in answer.responses:
                 for r in t.partition_responses:
