@@ -469,7 +469,8 @@ class BrokerRunner:
         RuntimeError naming Kafka's error. Our own wire client (no Kafka client library needed); a key's
         partition is Kafka's (murmur2). ``producer_config`` takes kafka-python's names of the settings
         that mean something here: ``acks`` (0, 1, "all"), ``compression_type`` (None, "gzip", "snappy",
-        "lz4", "zstd"), ``enable_idempotence``, ``max_request_size`` and ``batch_size`` (bytes per batch)."""
+        "lz4", "zstd"), ``enable_idempotence``, ``max_request_size`` and ``batch_size`` (bytes per batch);
+        ``linger_ms`` is accepted: the values of one call go out together anyway."""
         from minibroker.records.codecs import Compression
         from minibroker.tools.records_client import BATCH_BYTES, RecordProducer
 
@@ -533,4 +534,7 @@ class BrokerRunner:
         return out[:count]
 
 
-PRODUCER_CONFIG = ("acks", "compression_type", "enable_idempotence", "max_request_size", "batch_size")
+# kafka-python's names; linger_ms is accepted and has nothing to wait for: one call's values go out together,
+# in as few batches per partition as batch_size allows
+PRODUCER_CONFIG = ("acks", "compression_type", "enable_idempotence", "max_request_size", "batch_size",
+                   "linger_ms")
