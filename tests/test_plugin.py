@@ -134,7 +134,10 @@ def test_a_new_project_runs_the_readme_example_with_the_broker_unrewritten(tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
     assert "minibroker.server.broker" in cost["loaded"]  # the broker did start in this process
-    assert cost["rewritten"] == []
+    # the two modules imported to register the plugin, before its pytest_addoption can take the mark
+    # off, may go through the rewriting hook (whether they do depends on how the package is installed);
+    # none of the broker's does
+    assert set(cost["rewritten"]) <= {"minibroker", "minibroker.pytest_plugin"}
     assert cost["kafka"] is False  # neither the plugin nor the helpers imported kafka-python
     assert isinstance(cost["start_seconds"], float) and cost["start_seconds"] > 0
 
