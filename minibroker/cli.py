@@ -160,15 +160,23 @@ def cmd_dump_log(args) -> int:
 def cmd_healthcheck(args) -> int:
     """Exit 0 when a broker answers ApiVersions at ``--bootstrap-server`` within the timeout."""
     from minibroker.tools.client_config import ClientConfigError, read_client_config
-    from minibroker.tools.wire import api_versions_probe
+    from minibroker.tools.wire import api_versions_probe, failure_text, split_host_port
 
-    host, _, port = args.bootstrap_server.rpartition(":")
+    try:
+        host, port = split_host_port(args.bootstrap_server)
+    except ValueError:
+        print(f"minibroker healthcheck: --bootstrap-server {args.bootstrap_server!r} is not HOST:PORT",
+              file=sys.stderr)
+        return 2
     deadline = time.monotonic() + args.timeout
     try:  # with --command-config: through TLS and SASL authentication, as a client would
         security = read_client_config(args.command_config)
-        ok = api_versions_probe(host or "127.0.0.1", int(port), timeout=args.timeout, security=security)
-    except (OSError, ClientConfigError) as e:
+        ok = api_versions_probe(host, port, timeout=args.timeout, security=security)
+    except ClientConfigError as e:
         print(f"unhealthy: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"unhealthy: {failure_text(f'{host}:{port}', e)}", file=sys.stderr)
         return 1
     if not ok:
         print("unhealthy: unexpected ApiVersions answer", file=sys.stderr)
@@ -179,7 +187,10 @@ def cmd_healthcheck(args) -> int:
 
 
 def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
+    from minibroker import __version__
+
     ap = argparse.ArgumentParser(prog="minibroker", description="A single-node Kafka-compatible broker.")
+    ap.add_argument("--version", action="version", version=f"minibroker {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the broker")
@@ -207,10 +218,17 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
     dump.add_argument("rest", nargs=argparse.REMAINDER)
     dump.set_defaults(func=cmd_dump_log)
 
-    health = sub.add_parser("healthcheck", help="exit 0 if a broker answers ApiVersions")
-    health.add_argument("--bootstrap-server", default="127.0.0.1:9092")
-    health.add_argument("--timeout", type=float, default=2.0)
-    health.add_argument("--quiet", action="store_true")
+    health = sub.add_parser("healthcheck", help="exit 0 if a broker answers ApiVersions",
+                            description="Exit 0 when a broker answers an ApiVersions request (after the TLS "
+                                        "handshake and SASL login --command-config asks for); otherwise "
+                                        "print why on stderr and exit 1.")
+    health.add_argument("--bootstrap-server",
+                        default=os.environ.get("MINIBROKER_BOOTSTRAP_SERVER", "127.0.0.1:9092"),
+                        metavar="HOST:PORT", help="broker to probe (env MINIBROKER_BOOTSTRAP_SERVER; "
+                                                  "default 127.0.0.1:9092)")
+    health.add_argument("--timeout", type=float, default=2.0, metavar="SECONDS",
+                        help="give up after this long, connecting and logging in included (default 2)")
+    health.add_argument("--quiet", action="store_true", help="print nothing when healthy")
     from minibroker.tools.client_config import add_command_config_argument
 
     add_command_config_argument(health)
@@ -237,9 +255,29 @@ def add_console_tools(sub) -> None:
     certs.add_parser(sub)  # writes files, no broker
 
 
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """argparse reports an unknown option with the usage of the parser that ran last, the top-level one:
+    report it with the usage of the subcommand it was given to instead (``serve --bogus``)."""
+    parser = build_parser(console_tools=not (argv and argv[0] in ("serve", "healthcheck")))
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        subcommand_parser(parser, argv).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def subcommand_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The deepest subcommand parser ``argv`` names (``groups reset-offsets`` -> that one's parser)."""
+    for word in argv:
+        subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subparsers or word not in subparsers[0].choices:
+            continue
+        parser = subparsers[0].choices[word]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(console_tools=not (argv and argv[0] in ("serve", "healthcheck"))).parse_args(argv)
+    args = parse_arguments(argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C where a tool has no handling of its own: no traceback

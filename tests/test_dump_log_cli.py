@@ -195,3 +195,31 @@ def test_files_of_a_running_broker(minibroker_factory):
     out = dump_log("--index-sanity-check", index)
     assert out.returncode == 1 and "CorruptIndexException: Index file " in out.stderr
     assert "neither positive nor a multiple of 8" in out.stderr
+
+
+def test_an_unwritten_index_says_why_its_mismatch_is_harmless(tmp_path):
+    """An active segment's indexes are preallocated with zeros and stay so until log.index.interval.bytes
+    of log: Kafka's checks report their first empty slot as a mismatch; the dump says why that is harmless,
+    and only then (a real mismatch gets no such line)."""
+    segment = tmp_path / "active" / "00000000000000000000"
+    segment.parent.mkdir()
+    first = v2.build_batch([(0, 10, b"k", b"v", ()), (1, 11, None, b"w", ())])
+    second = v2.build_batch([(2, 12, b"k", b"x", ()), (3, 13, None, b"y", ())], base_offset=2)
+    segment.with_suffix(".log").write_bytes(first + second)
+    segment.with_suffix(".index").write_bytes(bytes(8 * 10))
+    segment.with_suffix(".timeindex").write_bytes(bytes(12 * 10))
+    for suffix, report in ((".index", "Index offset: 0, log offset: 1"),
+                           (".timeindex", "Indexed offset: 0, found log offset: 1")):
+        out = dump_log(str(segment.with_suffix(suffix)))
+        assert out.returncode == 0
+        lines = out.stderr.splitlines()
+        assert report in lines[1], lines
+        assert lines[2].startswith("  (harmless: this index has no entry yet."), lines
+        assert len(lines) == 3
+
+    damaged = tmp_path / "damaged" / "00000000000000000000"
+    damaged.parent.mkdir()
+    damaged.with_suffix(".log").write_bytes(first + second)
+    damaged.with_suffix(".index").write_bytes(struct.pack(">ii", 1, len(first)) + bytes(8 * 9))
+    out = dump_log(str(damaged.with_suffix(".index")))
+    assert out.stderr.splitlines()[1:] == ["  Index offset: 1, log offset: 3"]

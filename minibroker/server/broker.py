@@ -204,6 +204,8 @@ class Broker:
     def load_dynamic_configs(self) -> None:
         from minibroker.storage.metadata_file import MetadataFileError, load_metadata
 
+        if not os.path.isdir(self.config.data_dir):  # nothing saved yet; or unusable, which the lock reports
+            return
         try:
             saved = load_metadata(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE, {})
         except MetadataFileError as e:  # settings, unlike ACLs or credentials: start on the static ones

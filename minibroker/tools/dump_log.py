@@ -103,6 +103,12 @@ class _Out:
         self.err_stream.write(text + "\n")
 
 
+UNWRITTEN_INDEX_NOTE = ("harmless: this index has no entry yet. An active segment's indexes are "
+                        "preallocated with zeros and get an entry every log.index.interval.bytes of log; "
+                        "the first empty slot reads as an entry for the base offset (position 0, "
+                        "timestamp 0), which the first batch does not match")
+
+
 @dataclass
 class _Report:
     """What Kafka's tool prints on stderr after every file, keyed by absolute path; Kafka keeps some
@@ -113,6 +119,9 @@ class _Report:
     time_out_of_order: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     time_not_found: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     non_consecutive: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    # offset indexes with no entry written yet, whose first (zero) slot reads as the base offset at
+    # position 0 and so "mismatches" the first batch: an active segment's preallocated index
+    unwritten_indexes: set[str] = field(default_factory=set)
 
     def print(self, out: _Out) -> None:
         for path, entries in self.index_mismatches.items():
@@ -124,13 +133,13 @@ class _Report:
                     out.err(f"  Index offset: {index_offset}, no batch read: {log_offset}")
             out.obj({"file": path, "indexMismatches": [
                 {"indexOffset": i, **({"logOffset": lo} if isinstance(lo, int) else {"error": lo})}
-                for i, lo in entries]})
+                for i, lo in entries], **self._note(path, out)})
         for path, entries in self.time_mismatches.items():
             out.err(f"Found timestamp mismatch in :{path}")
             for index_ts, log_ts in entries:
                 out.err(f"  Index timestamp: {index_ts}, log timestamp: {log_ts}")
             out.obj({"file": path, "timestampMismatches": [
-                {"indexTimestamp": i, "logTimestamp": lt} for i, lt in entries]})
+                {"indexTimestamp": i, "logTimestamp": lt} for i, lt in entries], **self._note(path, out)})
         for path, entries in self.time_out_of_order.items():
             out.err(f"Found out of order timestamp in :{path}")
             for index_ts, prev_ts in entries:
@@ -142,12 +151,20 @@ class _Report:
             for index_offset, log_offset in entries:
                 out.err(f"Indexed offset: {index_offset}, found log offset: {log_offset}")
             out.obj({"file": path, "indexedOffsetsNotFound": [
-                {"indexedOffset": i, "logOffset": lo} for i, lo in entries]})
+                {"indexedOffset": i, "logOffset": lo} for i, lo in entries], **self._note(path, out)})
         for path, pairs in self.non_consecutive.items():
             out.err(f"Non-consecutive offsets in {path}")
             for first, second in reversed(pairs):
                 out.err(f"  {first} is followed by {second}")
             out.obj({"file": path, "nonConsecutiveOffsets": [list(p) for p in pairs]})
+
+    def _note(self, path: str, out: _Out) -> dict:
+        """After a mismatch block: why it is harmless when the index is an unwritten one (Kafka prints the
+        mismatch alone; a learner needs the why). Returns the JSON key to add."""
+        if path not in self.unwritten_indexes:
+            return {}
+        out.err(f"  ({UNWRITTEN_INDEX_NOTE})")
+        return {"note": UNWRITTEN_INDEX_NOTE}
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -635,6 +652,8 @@ def dump_offset_index(path: str, data: bytes, out: _Out, opts: _Options, report:
             out.obj({"offset": offset, "position": position})
     if mismatches:
         report.index_mismatches.setdefault(os.path.abspath(path), []).extend(mismatches)
+        if not any(data[:_OFFSET_ENTRY.size]):  # the one "entry" is the first unwritten slot
+            report.unwritten_indexes.add(os.path.abspath(path))
     _stray_bytes(path, data, _OFFSET_ENTRY.size, out)
     return log is not None or not opts.verify_only
 
@@ -696,6 +715,9 @@ def dump_time_index(path: str, data: bytes, out: _Out, opts: _Options, report: _
             out.line(f"timestamp: {timestamp} offset: {offset}")
             out.obj({"timestamp": timestamp, "offset": offset})
         prev_ts = timestamp
+    mismatched = abspath in report.time_not_found or abspath in report.time_mismatches
+    if mismatched and not any(data[:_TIME_ENTRY.size]):  # the one "entry" is the first unwritten slot
+        report.unwritten_indexes.add(abspath)
     _stray_bytes(path, data, _TIME_ENTRY.size, out)
     return log is not None or not opts.verify_only
 
