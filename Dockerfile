@@ -46,7 +46,7 @@ COPY --from=build /opt/minibroker /opt/minibroker
 
 # KAFKA_* variables map to broker properties as in the apache/kafka image (docs/configuration.md):
 # bind every interface inside the container, advertise localhost:9092 (right for `-p 9092:9092`;
-# compose files set KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://<service name>:9092), keep data in the volume.
+# compose files set KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://<service name>:9092), keep data in /var/lib/minibroker.
 ENV PATH=/opt/minibroker/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -54,9 +54,11 @@ ENV PATH=/opt/minibroker/bin:$PATH \
     KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://localhost:9092 \
     KAFKA_LOG_DIRS=/var/lib/minibroker
 
+# No VOLUME: a declared one gives every container an anonymous volume, which `podman-compose down -v` and
+# `docker compose down` (without -v) leave behind, one per run. The data lives in the container and goes
+# with it; mount a named volume or a host directory at /var/lib/minibroker to keep it (docs/container.md).
 USER 1000:1000
 WORKDIR /var/lib/minibroker
-VOLUME /var/lib/minibroker
 EXPOSE 9092
 
 # Speaks the Kafka protocol: healthy once the broker answers ApiVersions on its listener.

@@ -17,7 +17,9 @@
 #   scripts/container.sh compose-example [PROJECT] [FILE]   broker up (after FILE's one-shot `setup`
 #                                              service, if any), wait healthy, run the app, down -v;
 #                                              FILE: compose.yaml, or examples/compose-sasl-ssl/compose.yaml
-#   scripts/container.sh compose ARGS...       podman-compose with the containers.conf
+#   scripts/container.sh compose ARGS...       podman-compose with the containers.conf, on the compose file
+#                                              of the current directory (or -f); `up --wait` waits for the
+#                                              healthchecks, `down -v` removes anonymous volumes too
 #   scripts/container.sh podman ARGS...        podman with the containers.conf
 #   scripts/container.sh env                   print `export CONTAINERS_CONF=...` (eval it in a shell)
 #
@@ -244,9 +246,90 @@ cmd_stop() {
 
 # -- compose -----------------------------------------------------------------------------------------
 
+# podman-compose's global options that take a value (its subcommand is the first word that is neither
+# an option nor such a value)
+compose_option_takes_value() {
+    case "$1" in
+        -f|--file|-p|--project-name|--env-file|--profile|--podman-path|--in-pod|--pod-args|--parallel) return 0 ;;
+        --podman-*-args|--podman-args) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
 cmd_compose() {
+    # The caller's compose file, from the caller's directory, as `docker compose` works: nothing here
+    # changes directory (only `build` works in the checkout). Two things podman-compose does not do:
+    #   up --wait [--wait-timeout S]: it ignores --wait with podman < 4.6, and podman updates health only
+    #     when `podman healthcheck run` is called (no systemd here), so --wait would never see "healthy":
+    #     this runs `up -d`, then polls the healthcheck of each of the project's containers that has one;
+    #   down -v: it removes the project's named volumes but not its containers' anonymous ones (`podman
+    #     rm` without -v): this passes -v on to podman rm.
     use_conf
-    (cd "$ROOT" && podman-compose "$@")
+    local globals=() rest=() sub="" arg
+    while [ $# -gt 0 ]; do
+        arg="$1"; shift
+        if [ -z "$sub" ]; then
+            if [[ "$arg" == -* ]]; then
+                globals+=("$arg")
+                if compose_option_takes_value "$arg" && [ $# -gt 0 ]; then globals+=("$1"); shift; fi
+            else
+                sub="$arg"
+            fi
+        else
+            rest+=("$arg")
+        fi
+    done
+    [ -n "$sub" ] || exec podman-compose "${globals[@]}"
+    case "$sub" in
+        up) compose_up "${globals[@]}" -- "${rest[@]}" ;;
+        down)
+            local a
+            for a in "${rest[@]}"; do
+                if [ "$a" = -v ] || [ "$a" = --volumes ]; then globals+=("--podman-rm-args=-v"); break; fi
+            done
+            podman-compose "${globals[@]}" down "${rest[@]}" ;;
+        *) podman-compose "${globals[@]}" "$sub" "${rest[@]}" ;;
+    esac
+}
+
+compose_up() {  # GLOBALS... -- UP-ARGS...
+    local globals=() up=() wait=0 timeout=120 detached=0
+    while [ "$1" != -- ]; do globals+=("$1"); shift; done
+    shift
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --wait) wait=1 ;;
+            --wait-timeout) timeout="${2:?--wait-timeout needs seconds}"; shift ;;
+            --wait-timeout=*) timeout="${1#--wait-timeout=}" ;;
+            -d|--detach) detached=1; up+=("$1") ;;
+            *) up+=("$1") ;;
+        esac
+        shift
+    done
+    if [ $wait = 0 ]; then
+        podman-compose "${globals[@]}" up "${up[@]}"
+        return
+    fi
+    [ $detached = 1 ] || up=(-d "${up[@]}")  # --wait implies detached, as with docker compose
+    podman-compose "${globals[@]}" up "${up[@]}" || return
+    local deadline=$(( $(date +%s) + timeout )) id waiting
+    while :; do
+        waiting=()
+        for id in $(podman-compose "${globals[@]}" ps -q 2>/dev/null); do
+            [ -n "$(podman inspect -f '{{if .Config.Healthcheck}}yes{{end}}' "$id" 2>/dev/null)" ] || continue
+            podman healthcheck run "$id" >/dev/null 2>&1 && continue
+            if [ "$(podman inspect -f '{{.State.Running}}' "$id" 2>/dev/null)" != true ]; then
+                podman logs --tail 40 "$id" >&2 || true
+                die "container $id exited before it was healthy"
+            fi
+            waiting+=("$id")
+        done
+        [ ${#waiting[@]} -gt 0 ] || return 0
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            die "not healthy after ${timeout}s: $(podman inspect -f '{{.Name}}' "${waiting[@]}" | tr '\n' ' ')"
+        fi
+        sleep 0.2
+    done
 }
 
 cmd_compose_example() {
@@ -302,6 +385,6 @@ case "$cmd" in
     compose-example) cmd_compose_example "$@" ;;
     podman) use_conf; exec podman "$@" ;;
     env) use_conf; printf 'export CONTAINERS_CONF=%q\n' "$CONF" ;;
-    help|-h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' ;;
+    help|-h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command: $cmd (try: $0 help)" ;;
 esac
