@@ -227,7 +227,8 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
                         metavar="HOST:PORT", help="broker to probe (env MINIBROKER_BOOTSTRAP_SERVER; "
                                                   "default 127.0.0.1:9092)")
     health.add_argument("--timeout", type=float, default=2.0, metavar="SECONDS",
-                        help="give up after this long, connecting and logging in included (default 2)")
+                        help="how long each step may wait: connecting, the TLS handshake, each request "
+                             "(default 2)")
     health.add_argument("--quiet", action="store_true", help="print nothing when healthy")
     from minibroker.tools.client_config import add_command_config_argument
 
