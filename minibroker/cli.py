@@ -70,6 +70,14 @@ def log_level(text: str) -> str:
     return level
 
 
+def timeout_seconds(text: str) -> float:
+    """argparse ``type`` of healthcheck's ``--timeout``: the tools' own check, imported only when used (the
+    parser is also ``serve``'s, whose start-up does not need the tools' modules)."""
+    from minibroker.tools.command import positive_seconds
+
+    return positive_seconds(text)
+
+
 def choose_event_loop(name: str) -> None:
     """``auto``: uvloop when importable; ``asyncio``: the default loop; ``uvloop``: required."""
     if name == "asyncio":
@@ -226,8 +234,8 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
                         default=os.environ.get("MINIBROKER_BOOTSTRAP_SERVER", "127.0.0.1:9092"),
                         metavar="HOST:PORT", help="broker to probe (env MINIBROKER_BOOTSTRAP_SERVER; "
                                                   "default 127.0.0.1:9092)")
-    health.add_argument("--timeout", type=float, default=2.0, metavar="SECONDS",
-                        help="how long each step may wait: connecting, the TLS handshake, each request "
+    health.add_argument("--timeout", type=timeout_seconds, default=2.0, metavar="SECONDS",
+                        help="bound on the whole probe: connecting, the TLS handshake, SASL and the answer "
                              "(default 2)")
     health.add_argument("--quiet", action="store_true", help="print nothing when healthy")
     from minibroker.tools.client_config import add_command_config_argument

@@ -183,6 +183,14 @@ def test_healthcheck_probes_minibroker_bootstrap_server(minibroker):
         assert r.returncode == 1, r.stdout
         assert text(r).startswith(f"unhealthy: cannot reach {dead_address}: "), text(r)
         assert "Connection refused" in text(r) and r.stdout == b""
+    with socket.socket() as silent:  # listening, never answering: --timeout bounds the whole probe
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        silent_address = f"127.0.0.1:{silent.getsockname()[1]}"
+        r = minibroker_cli("healthcheck", "--timeout", "0.5",
+                           env=cli_env(MINIBROKER_BOOTSTRAP_SERVER=silent_address))
+        assert r.returncode == 1
+        assert text(r) == f"unhealthy: {silent_address}: no answer within --timeout 0.5 s\n"
     r = minibroker_cli("healthcheck", env=cli_env(MINIBROKER_BOOTSTRAP_SERVER=minibroker.bootstrap_servers))
     assert r.returncode == 0 and r.stdout.startswith(b"healthy ("), text(r)
     r = minibroker_cli("healthcheck", "--bootstrap-server", "127.0.0.1:nope")

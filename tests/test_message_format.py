@@ -408,8 +408,9 @@ def test_console_producer_to_a_0_9_topic_writes_v0(minibroker, topic_name):
     import sys
 
     minibroker.create_topic(topic_name, config={"message.format.version": "0.9.0"})
-    command = [sys.executable, "-m", "minibroker", "produce", "--bootstrap-server", minibroker.bootstrap_servers,
-               "--topic", topic_name, "--key-separator", ":", "--partition", "0"]
+    command = [sys.executable, "-m", "minibroker", "produce", "--bootstrap-server",
+               minibroker.bootstrap_servers, "--topic", topic_name, "--key-separator", ":",
+               "--partition", "0"]
     refused = subprocess.run(command, input=b"key:value\n", capture_output=True, timeout=60)
     assert refused.returncode == 1 and b"UNSUPPORTED_FOR_MESSAGE_FORMAT" in refused.stderr, refused.stderr
     done = subprocess.run(command + ["--producer-property", "enable.idempotence=false"],

@@ -38,7 +38,11 @@ class TlsHandshakeFailed(ConnectionError):
 
 
 class CommandTimeout(TimeoutError):
-    """The command's ``--timeout`` ran out while waiting on a broker."""
+    """The command's ``--timeout`` ran out while waiting on a broker (``address``, when known)."""
+
+    def __init__(self, message: str, address: str | None = None):
+        super().__init__(message)
+        self.address = address
 
 
 class Deadline:
@@ -67,8 +71,8 @@ def failure_text(bootstrap: str, error: OSError) -> str:
     """What a tool prints after a connection failure: our own errors say it all; others get the address."""
     if isinstance(error, (AuthenticationFailed, TlsHandshakeFailed)):
         return str(error)
-    if isinstance(error, CommandTimeout):
-        return f"{bootstrap}: {error}"
+    if isinstance(error, CommandTimeout):  # the broker that did not answer, named once
+        return f"{error.address or bootstrap}: {error}"
     if isinstance(error, TimeoutError):
         return f"cannot reach {bootstrap}: no answer within the timeout"
     return f"cannot reach {bootstrap}: {error.strerror or error}"
@@ -157,7 +161,7 @@ class WireClient:
         """Raise CommandTimeout when a timeout was the command's deadline."""
         deadline = self.deadline
         if deadline is not None and deadline.at is not None and time.monotonic() >= deadline.at - 0.01:
-            raise CommandTimeout(f"no answer from {self.address} within --timeout {deadline.seconds:g} s")
+            raise CommandTimeout(f"no answer within --timeout {deadline.seconds:g} s", self.address)
 
     def send(self, api_key: int, version: int, body) -> None:
         """A request that gets no answer (Produce with acks=0)."""
@@ -279,9 +283,9 @@ class BrokerConnection:
 
 def api_versions_probe(host: str, port: int, timeout: float = 2.0, security=None) -> bool:
     """True when the broker answers ApiVersions v0 with no error and a non-empty list (after TLS and
-    SASL authentication when ``security`` asks for them)."""
+    SASL authentication when ``security`` asks for them), all within ``timeout`` seconds."""
     with WireClient(host, port, timeout=timeout, client_id="minibroker-healthcheck",
-                    security=security) as client:
+                    security=security, deadline=Deadline(timeout)) as client:
         response = client.request(API_VERSIONS, 0, {})
     return response.error_code == 0 and bool(response.api_keys)
 
