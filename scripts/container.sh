@@ -13,7 +13,7 @@
 #                                              (default 9092), advertised as 127.0.0.1:HOSTPORT
 #   scripts/container.sh wait-healthy NAME [SECONDS]   poll `podman healthcheck run` (no systemd here)
 #   scripts/container.sh stop NAME             podman stop, prints the seconds it took; then removes it
-#                                              with its anonymous data volume (rm -v): no volume left over
+#                                              with any anonymous volume (rm -v): no volume left over
 #   scripts/container.sh compose-example [PROJECT] [FILE]   broker up (after FILE's one-shot `setup`
 #                                              service, if any), wait healthy, run the app, down -v;
 #                                              FILE: compose.yaml, or examples/compose-sasl-ssl/compose.yaml
@@ -212,7 +212,7 @@ cmd_build() {
 cmd_run() {
     local name="${1:?usage: run NAME [HOSTPORT]}" port="${2:-9092}"
     use_conf
-    # -v: also the anonymous volume (the image's VOLUME /var/lib/minibroker) of a previous run
+    # -v: also the anonymous volumes of a previous run (MINIBROKER_IMAGE may name an image with a VOLUME)
     podman rm -f -v -t 0 "$name" >/dev/null 2>&1 || true
     denoise podman run -d --name "$name" -p "127.0.0.1:$port:9092" \
         -e "KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://127.0.0.1:$port" "$IMAGE"
@@ -241,7 +241,7 @@ cmd_stop() {
     t0=$(now_ms)
     denoise podman stop -t 10 "$name" >/dev/null
     secs "$t0"; echo
-    podman rm -f -v "$name" >/dev/null 2>&1 || true  # -v: its anonymous volume too, or one is left per cycle
+    podman rm -f -v "$name" >/dev/null 2>&1 || true  # -v: its anonymous volumes too, or some are left per cycle
 }
 
 # -- compose -----------------------------------------------------------------------------------------

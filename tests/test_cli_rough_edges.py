@@ -348,8 +348,8 @@ def _script(*args: str, env=None, timeout: float = 600) -> subprocess.CompletedP
 @pytest.mark.container
 @pytest.mark.xdist_group("container")  # beside tests/test_container.py: one podman set-up at a time
 def test_container_run_stop_cycles_leave_no_volume(tmp_path):
-    """run/stop with an image that declares ``VOLUME /var/lib/minibroker`` as the real one does (a
-    small image on the cached base, so the cycle does not rebuild minibroker's image)."""
+    """run/stop with an image that declares ``VOLUME /var/lib/minibroker``, as the real one did before
+    issue 30 (a small image on the cached base, so the cycle does not rebuild minibroker's image)."""
     from suite_switches import skip_reason
 
     if skip_reason("MINIBROKER_SKIP_CONTAINER"):
