@@ -78,7 +78,8 @@ def _oid_body(dotted: str) -> bytes:
 
 
 def _der(pem_path) -> bytes:
-    return x509.load_pem_x509_certificate(Path(pem_path).read_bytes()).public_bytes(serialization.Encoding.DER)
+    cert = x509.load_pem_x509_certificate(Path(pem_path).read_bytes())
+    return cert.public_bytes(serialization.Encoding.DER)
 
 
 @pytest.fixture(scope="module")

@@ -180,6 +180,13 @@ def test_a_pkcs12_store_without_cryptography_names_the_extra(certs, no_cryptogra
     assert TLS_EXTRA == "pip install 'minibroker[tls]'" and "\n" not in message
 
 
+def test_a_tls_fixture_broker_without_cryptography_names_the_extra(no_cryptography):
+    """The pytest fixtures' SSL and SASL_SSL brokers make their certificates (docs/testing.md)."""
+    with pytest.raises(ImportError, match=r"making certificates needs the cryptography package: "
+                                          r"pip install 'minibroker\[tls\]'"):
+        BrokerRunner(security_protocol="SSL")
+
+
 def test_client_properties_without_cryptography(certs, tmp_path, no_cryptography):
     """The tools' --command-config: PEM stores, an encrypted key included, need no cryptography; a
     PKCS12 one names the extra; an encrypted key without ssl.key.password is refused, never prompted."""
