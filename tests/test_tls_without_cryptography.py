@@ -9,9 +9,11 @@ installed (the test extra brings it)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -102,6 +104,14 @@ def blocked_env(tmp_path_factory) -> tuple[dict, Path]:
 
 def _overrides(form: dict[str, str]) -> list[str]:
     return [f"{k}={v}" for k, v in form.items()]
+
+
+def test_cryptography_is_the_tls_extra_not_a_requirement():
+    project = tomllib.loads(Path(ROOT, "pyproject.toml").read_text())["project"]
+    assert [d for d in project["dependencies"] if "cryptography" in d] == []
+    extras = project["optional-dependencies"]
+    assert [re.split(r"[<>=!~ ;]", d)[0] for d in extras["tls"]] == ["cryptography"]
+    assert "minibroker[tls]" in extras["test"]  # the suite makes certificates
 
 
 # -- in this process ----------------------------------------------------------------------------
