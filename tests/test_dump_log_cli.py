@@ -165,6 +165,12 @@ def test_files_of_a_running_broker(minibroker_factory):
     commits = [r for r in records
                if 'key: {"type":"1","data":{"group":"dump-group","topic":"orders","partition":0}}' in r]
     assert len(commits) == 1 and ' payload: {"version":"3","data":{"offset":12,' in commits[0]
+    # the commit's batch header as Kafka's group coordinator (CoordinatorRuntime) writes a plain one:
+    # no producer, base sequence 0
+    lines = out.stdout.splitlines()
+    batch = next(ln for ln in reversed(lines[:lines.index(commits[0])]) if ln.startswith("baseOffset:"))
+    assert " count: 1 baseSequence: 0 lastSequence: 0 producerId: -1 producerEpoch: -1 " in batch, batch
+    assert " isTransactional: false isControl: false " in batch
 
     segment = f"{broker.data_dir}/orders-0/00000000000000000000"
     out = dump_log("--verify-index-only", f"{segment}.index", f"{segment}.timeindex")
