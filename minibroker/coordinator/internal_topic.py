@@ -94,8 +94,9 @@ class InternalTopic:
         """Append (key, value) records to ``partition`` as one batch (creating the topic first if needed);
         raises ``map_append_error`` of the KafkaError when it cannot. With a ``producer_id`` the batch is
         transactional (that producer's, at ``producer_epoch``, base sequence 0 as Kafka's coordinators
-        write it); without, producer id and epoch are -1 and the base sequence ``plain_base_sequence``. ``what`` names the writer in the warning. Returns the replica manager's AppendOutcome
-        (its ``base_offset`` is the first record's offset), None when there was nothing to append."""
+        write it); without, producer id and epoch are -1 and the base sequence ``plain_base_sequence``.
+        ``what`` names the writer in the warning. Returns the replica manager's AppendOutcome (its
+        ``base_offset`` is the first record's offset), None when there was nothing to append."""
         if not entries:
             return None
         from minibroker.records import v2
