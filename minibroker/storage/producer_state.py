@@ -348,30 +348,58 @@ class ProducerStateTable:
     def read_snapshot(cls, path: str) -> ProducerStateTable:
         with open(path, "rb") as f:
             data = f.read()
-        version, crc = _SNAP_HEADER.unpack_from(data, 0)
-        body = memoryview(data)[_SNAP_HEADER.size :]
-        from crc32c import crc32c
-
-        if version != SNAPSHOT_VERSION or crc32c(body) != crc:
-            raise ValueError(f"{path}: bad producer snapshot (version {version} or CRC)")
-        (count,) = _SNAP_COUNT.unpack_from(body, 0)
-        if 4 + count * _SNAP_ENTRY.size != len(body):
-            raise ValueError(f"{path}: producer snapshot size does not match its count")
+        try:
+            entries = parse_snapshot(data)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
         table = cls()
-        for i in range(count):
-            pid, epoch, last_seq, last_offset, delta, ts, coord, txn = _SNAP_ENTRY.unpack_from(
-                body, 4 + i * _SNAP_ENTRY.size
-            )
-            entry = ProducerEntry(pid, epoch)
-            if last_offset >= 0:
-                first_seq = last_seq - delta if last_seq >= delta else 0
-                entry.batches.append(BatchMeta(first_seq, last_seq, last_offset - delta, last_offset, ts))
-            entry.last_timestamp, entry.coordinator_epoch = ts, coord
-            if txn >= 0:
-                entry.current_txn_first_offset = txn
-                table._ongoing[pid] = txn
-            table.producers[pid] = entry
+        for e in entries:
+            entry = ProducerEntry(e.producer_id, e.epoch)
+            if e.last_offset >= 0:
+                first_seq = e.last_seq - e.offset_delta if e.last_seq >= e.offset_delta else 0
+                entry.batches.append(BatchMeta(first_seq, e.last_seq, e.last_offset - e.offset_delta,
+                                               e.last_offset, e.timestamp))
+            entry.last_timestamp, entry.coordinator_epoch = e.timestamp, e.coordinator_epoch
+            if e.current_txn_first_offset >= 0:
+                entry.current_txn_first_offset = e.current_txn_first_offset
+                table._ongoing[e.producer_id] = e.current_txn_first_offset
+            table.producers[e.producer_id] = entry
         return table
+
+
+class SnapshotEntry(NamedTuple):
+    """One producer of a snapshot file, field by field (Kafka's ProducerSnapshot entry)."""
+
+    producer_id: int
+    epoch: int
+    last_seq: int
+    last_offset: int  # -1: known from a marker only
+    offset_delta: int
+    timestamp: int
+    coordinator_epoch: int
+    current_txn_first_offset: int  # -1: none
+
+
+def parse_snapshot(data: bytes) -> list[SnapshotEntry]:
+    """The entries of a snapshot file's bytes; ValueError with Kafka's ``CorruptSnapshotException``
+    messages when the version, the layout or the CRC is wrong (checked in that order, as Kafka)."""
+    try:
+        version, crc = _SNAP_HEADER.unpack_from(data, 0)
+        if version != SNAPSHOT_VERSION:
+            raise ValueError(f"Snapshot contained an unknown file version {version}")
+        (count,) = _SNAP_COUNT.unpack_from(data, _SNAP_HEADER.size)
+        if count < 0 or _SNAP_HEADER.size + 4 + count * _SNAP_ENTRY.size > len(data):
+            raise ValueError(f"Tried to read {count} producer entries, but the snapshot has room for fewer")
+    except (ValueError, struct.error) as exc:
+        raise ValueError(f"Snapshot failed schema validation: {exc}") from None
+    from crc32c import crc32c  # deferred: ~10 ms to import, not needed to start
+
+    computed = crc32c(memoryview(data)[_SNAP_HEADER.size :])
+    if computed != crc:
+        raise ValueError(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crc}. "
+                         f"Computed crc: {computed}")
+    base = _SNAP_HEADER.size + 4
+    return [SnapshotEntry(*_SNAP_ENTRY.unpack_from(data, base + i * _SNAP_ENTRY.size)) for i in range(count)]
 
 
 def is_expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
