@@ -46,23 +46,14 @@ VALUE_BYTES = 100
 
 # -- batches -----------------------------------------------------------------------------------------
 
-def _zigzag_varint(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _records_body(count: int, value_bytes: int) -> bytes:
     """The records of a batch (timestamp and offset deltas only: the same for every batch)."""
+    from minibroker.records.varint import encode_varint as v
+
     body = bytearray()
     for i in range(count):
-        rec = (b"\x00" + _zigzag_varint(0) + _zigzag_varint(i) + _zigzag_varint(-1)
-               + _zigzag_varint(value_bytes) + b"x" * value_bytes + _zigzag_varint(0))
-        body += _zigzag_varint(len(rec)) + rec
+        rec = b"\x00" + v(0) + v(i) + v(-1) + v(value_bytes) + b"x" * value_bytes + v(0)
+        body += v(len(rec)) + rec
     return bytes(body)
 
 
