@@ -225,12 +225,10 @@ def add_console_tools(sub) -> None:
     """``topics``, ``produce``, ``consume``, ``groups``: each module adds its own parser and ``run``."""
     from minibroker.tools import certs, consume, explain, groups, produce, scram, topics, transactions
     from minibroker.tools.client_config import add_command_config_argument
+    from minibroker.tools.command import add_common_arguments
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--bootstrap-server",
-                        default=os.environ.get("MINIBROKER_BOOTSTRAP_SERVER", "127.0.0.1:9092"),
-                        metavar="HOST:PORT", help="broker to talk to (env MINIBROKER_BOOTSTRAP_SERVER)")
-    common.add_argument("--timeout", type=float, default=10.0, help="request timeout in seconds")
+    add_common_arguments(common)
     scram.add_parser(sub, common)  # adds its own --command-config
     add_command_config_argument(common)
     for tool in (topics, produce, consume, groups, transactions):
@@ -247,6 +245,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C where a tool has no handling of its own: no traceback
         print(f"minibroker {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (| head) by a command that writes it unguarded
+        pass
+    except Exception as e:
+        from minibroker.tools.command import OutputClosed
+
+        if not isinstance(e, OutputClosed):
+            raise
+    from minibroker.tools.command import silence_closed_stdout
+
+    silence_closed_stdout()  # quiet, exit 0, as head expects (minibroker/tools/command.py)
+    return 0
 
 
 if __name__ == "__main__":

@@ -168,11 +168,15 @@ def test_topics_unreachable_broker(cli):
     assert r.code == 1 and "cannot reach 127.0.0.1:1" in r.err
 
 
-def test_kafka_python_missing_is_explained(cli, bs, monkeypatch, topic_name):
-    monkeypatch.setitem(sys.modules, "kafka", None)
-    for tool in (["produce", "--topic", topic_name], ["consume", "--topic", topic_name], ["groups", "list"]):
-        r = cli(*tool, *bs)
-        assert r.code == 3 and "needs kafka-python" in r.err and "pip install" in r.err
+def test_producer_properties_are_kafkas_names_and_checked():
+    from minibroker.tools.produce import parse_properties
+
+    assert parse_properties(["linger.ms=5", "batch_size=500", "acks=all"]) == {
+        "linger.ms": 5, "batch.size": 500, "acks": "all"}
+    with pytest.raises(ValueError, match="is not one this producer reads"):
+        parse_properties(["api_version=0.10.0"])
+    with pytest.raises(ValueError, match="is a number"):
+        parse_properties(["retries=many"])
 
 
 # -- groups ---------------------------------------------------------------------------------------
