@@ -88,6 +88,25 @@ def transactional_producer(broker: BrokerRunner, txn_id: str):
     return producer
 
 
+def read_committed(broker: BrokerRunner, count: int, timeout: float = 10.0) -> list[bytes]:
+    """The values of partition 0 a read_committed consumer (confluent-kafka) gets, from the start."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({**broker.client_config("confluent-kafka"), "group.id": "pstate-reader",
+                         "isolation.level": "read_committed", "enable.auto.commit": False, "log_level": 0})
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(values) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                values.append(msg.value())
+        return values
+    finally:
+        consumer.close()
+
+
 def commit_transaction(producer, values: list[bytes]) -> None:
     producer.begin_transaction()
     for v in values:
@@ -143,7 +162,7 @@ def test_kill_9_restores_producer_state_from_the_snapshot_of_a_late_roll(tmp_pat
         # the transactional id goes on: its state came back too (a new producer fences the old one)
         txn2 = transactional_producer(broker, "pstate-txn")
         commit_transaction(txn2, [b"txn-after"])
-        values = [r.value for r in broker.consume(TOPIC, 200, timeout=5, isolation_level="read_committed")]
+        values = read_committed(broker, 200, timeout=5)
         txn_values = [v for v in values if v.startswith(b"txn-")]
         assert txn_values == [b"txn-%d" % i for i in range(12)] + [b"txn-after"]
         assert len(values) == len(set(values))  # nothing written twice
@@ -223,7 +242,7 @@ def test_idle_producers_expire_and_open_transactions_keep_theirs(tmp_path):
         assert busy.send(10)[0] == DUPLICATE
         assert idle.send(0)[0] == DUPLICATE  # known again from that batch on
         txn.commit_transaction(15)
-        values = [r.value for r in broker.consume(TOPIC, 20, timeout=5, isolation_level="read_committed")]
+        values = read_committed(broker, 20, timeout=5)
         assert b"open" in values
     finally:
         broker.cleanup()
