@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 TOPIC = "pstate"
 SEGMENT_BYTES = 2048  # a roll every ~10 batches of two ~80-byte records
 DUPLICATE, OUT_OF_ORDER = 46, 45
-REPLAY_LINE = re.compile(r"producer state rebuilt from (\d+) batches after offset (\d+) \(([^;]*);")
+REPLAY_LINE = re.compile(
+    rf"{TOPIC}-0: producer state rebuilt from (\d+) batches after offset (\d+) \(([^;]*);")
 BROKER = {
     # the recovery point follows the flushed segments quickly, as it would over a long run
     "log.flush.offset.checkpoint.interval.ms": "100",
@@ -43,6 +44,23 @@ def snapshots(data_dir: str, partition: int = 0) -> list[int]:
 def segment_bases(data_dir: str, partition: int = 0) -> list[int]:
     names = os.listdir(os.path.join(data_dir, f"{TOPIC}-{partition}"))
     return sorted(int(n[:20]) for n in names if n.endswith(".log"))
+
+
+def wait_for_recovery_point(data_dir: str, at_least: int, timeout: float = 10.0) -> None:
+    """Until the recovery-point checkpoint of partition 0 reaches ``at_least``."""
+    path = os.path.join(data_dir, "recovery-point-offset-checkpoint")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                for line in f.read().splitlines()[2:]:
+                    topic, partition, offset = line.split()
+                    if (topic, partition) == (TOPIC, "0") and int(offset) >= at_least:
+                        return
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"the recovery point of {TOPIC}-0 did not reach {at_least}")
 
 
 class WireProducer:
@@ -138,7 +156,7 @@ def test_kill_9_restores_producer_state_from_the_snapshot_of_a_late_roll(tmp_pat
         assert len(bases) >= 5, bases
         # a snapshot for every roll, named after the segment it starts
         assert set(bases[1:]) <= set(snapshots(data_dir)), (bases, snapshots(data_dir))
-        time.sleep(0.5)  # the sealed segments are flushed and the recovery point written
+        wait_for_recovery_point(data_dir, bases[-1])  # the upkeep flushed the sealed segments
         broker.kill()
         assert not [o for o in snapshots(data_dir) if o not in bases]  # no close: no snapshot at the end
 
