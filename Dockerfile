@@ -13,9 +13,10 @@
 #
 # Two ways to install the package (docs/container.md, "Building the image"):
 #   * default: the build stage builds minibroker and its dependencies from source / PyPI (needs network);
-#   * --build-arg WHEELHOUSE=dist: install only from wheels already in dist/ (`pip wheel . -w dist` on
-#     the host), with no index at all - offline-friendly, and what scripts/container.sh does with podman.
-# Either way the runtime stage gets a ready virtualenv and no build tools.
+#   * --build-arg WHEELHOUSE=dist: install only from wheels already in dist/ (`pip wheel '.[tls]' -w dist`
+#     on the host), with no index at all - offline-friendly, and what scripts/container.sh does with podman.
+# Either way the runtime stage gets a ready virtualenv and no build tools. The image installs the `tls`
+# extra (cryptography): PKCS12 key stores and `minibroker certs` work in it, as the compose example needs.
 
 FROM python:3.11-slim AS build
 ARG WHEELHOUSE=
@@ -24,9 +25,9 @@ COPY . /src
 RUN set -eu; \
     python3 -m venv /opt/minibroker; \
     if [ -n "$WHEELHOUSE" ]; then \
-        /opt/minibroker/bin/pip install --no-index --find-links "/src/$WHEELHOUSE" minibroker; \
+        /opt/minibroker/bin/pip install --no-index --find-links "/src/$WHEELHOUSE" 'minibroker[tls]'; \
     else \
-        /opt/minibroker/bin/pip install /src; \
+        /opt/minibroker/bin/pip install '/src[tls]'; \
     fi; \
     /opt/minibroker/bin/pip uninstall -q -y pip setuptools; \
     /opt/minibroker/bin/minibroker --help >/dev/null

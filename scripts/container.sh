@@ -156,7 +156,7 @@ host_wheels() {
     mkdir -p "$ROOT/dist"
     rm -f "$ROOT"/dist/minibroker-*.whl
     log "building wheels into dist/ (pip wheel)"
-    (cd "$ROOT" && "$PYTHON" -m pip wheel -q --disable-pip-version-check . "kafka-python>=3.0,<4" -w dist \
+    (cd "$ROOT" && "$PYTHON" -m pip wheel -q --disable-pip-version-check '.[tls]' "kafka-python>=3.0,<4" -w dist \
         2> >(grep -v "Location 'file:" >&2)) || die "pip wheel failed"
 }
 

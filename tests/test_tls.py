@@ -23,13 +23,12 @@ from pathlib import Path
 import pytest
 
 from minibroker.config import ConfigError, load_config
+from minibroker.security.certificates import certificate_subject, rfc2253_name
 from minibroker.security.principal import ANONYMOUS, KafkaPrincipal
 from minibroker.security.tls import (
     PrincipalMapper,
     TlsConfigError,
-    certificate_subject,
     listener_tls,
-    rfc2253_name,
 )
 from minibroker.testing import BrokerRunner
 from minibroker.tools.certs import generate_test_certs
@@ -761,7 +760,7 @@ def test_a_reconfigured_listener_keeps_its_certificate_names(certs, tmp_path):
     config, current = _dynamic_config(certs, f"ssl.keystore.location={certs['broker_keystore']}",
                                       "listener.name.ssl.ssl.allow.dn.changes=true")
     config.set_dynamic(store, other["broker_keystore"])
-    assert reload_listener_tls(config, current)["SSL"].certificate.subject.rfc4514_string().startswith(
+    assert certificate_subject(reload_listener_tls(config, current)["SSL"].certificate).startswith(
         "CN=other.example")
 
     wide = generate_test_certs(str(tmp_path / "wide"), hosts=["a.example", "b.example"])

@@ -504,8 +504,13 @@ _BROKER_KEYS = [
     _k("transaction.remove.expired.transaction.cleanup.interval.ms", _INT, 3600000,
        "How often transactional ids past transactional.id.expiration.ms are removed.", importance="low",
        validator=AtLeast(1)),
-    _k("producer.id.expiration.ms", _INT, 86400000, "Idle time after which producer state is dropped.",
+    _k("producer.id.expiration.ms", _INT, 86400000,
+       "Time after which a partition forgets a producer id whose last batch or marker is older (by its "
+       "timestamp) and that has no open transaction; its next batch must then start at sequence 0.",
        validator=AtLeast(1), dynamic=True),
+    _k("producer.id.expiration.check.interval.ms", _INT, 600000,
+       "How often producer ids past producer.id.expiration.ms are removed (an internal key in Kafka).",
+       importance="low", validator=AtLeast(1)),
     _k("transaction.partition.verification.enable", _BOOL, True, "Verify partitions joined a transaction.",
        dynamic=True),
     # --- threads, sockets, quotas: Kafka knows them, a single asyncio process has no use for them

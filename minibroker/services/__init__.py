@@ -26,7 +26,6 @@ def start_services(broker) -> None:
     from minibroker.services.replica_manager import ReplicaManager
 
     broker.replicas = ReplicaManager(broker)
-    broker.on_close(broker.replicas.write_snapshots)
     broker.producer_ids = ProducerIdAllocator(os.path.abspath(broker.config.data_dir))
     broker.fetch_sessions = FetchSessionCache(broker.config["max.incremental.fetch.session.cache.slots"])
     from minibroker.coordinator.group_coordinator import GroupCoordinator

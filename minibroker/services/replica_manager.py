@@ -1,15 +1,15 @@
 """Appends to and reads from the local partition logs, as Kafka's ReplicaManager does on a leader.
 
-Owner of: each partition's producer state table, the waiters of long-polling fetches and the
-worker thread that validates what would hold the event loop too long.
+Owner of: the waiters of long-polling fetches and the worker thread that validates what would hold
+the event loop too long. Each partition's producer state table is its log's (``PartitionLog.producer_state``).
 
 Transactions, on the log side: ``write_txn_marker`` appends an end-transaction marker for the
 transaction coordinator (Kafka's coordinator-origin append: no client validation), closes the
 producer's transaction in the partition's producer state and, for an abort, adds the transaction
 to the ``.txnindex`` of the segment holding the marker. ``last_stable_offset`` is the first offset
-of the earliest open transaction, else the high watermark. The producer state is loaded lazily, by
-minibroker/storage/producer_state.py (the latest snapshot, then the log after it; after an unclean
-shutdown that load also refills the txn indexes that recovery emptied).
+of the earliest open transaction, else the high watermark. The producer state is loaded lazily by the
+partition log, with minibroker/storage/producer_state.py (the latest snapshot, then the log after it;
+after an unclean shutdown that load also refills the txn indexes that recovery emptied).
 
 The append path is synchronous from reading the log end offset to the write (no await between
 them), so offsets are assigned exactly once, in order. Validation is part of that step for
@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from minibroker.config.message_format import DEFAULT_MESSAGE_FORMAT_VERSION, magic_for_version
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.storage.producer_state import ProducerStateTable, aborted_txn, load_producer_state
+from minibroker.storage.producer_state import ProducerStateTable, aborted_txn
 
 log = logging.getLogger("minibroker.replica")
 append_log = logging.getLogger("minibroker.append")
@@ -218,7 +218,6 @@ class ReplicaManager:
     def __init__(self, broker) -> None:
         self.broker = broker
         self.logs = broker.logs
-        self._producer_states: dict[tuple[str, int], ProducerStateTable] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self._append_configs: dict[tuple[str, int], tuple] = {}
         self._executor = None  # the validation worker (append_records_in_worker), started on first use
@@ -230,30 +229,10 @@ class ReplicaManager:
         return self.logs.get_log(topic, partition)  # raises UNKNOWN_TOPIC_OR_PARTITION
 
     def producer_state(self, topic: str, partition: int) -> ProducerStateTable:
-        key = (topic, partition)
-        table = self._producer_states.get(key)
-        if table is None:
-            table = load_producer_state(self.get_log(topic, partition))
-            self._producer_states[key] = table
-        return table
-
-    def write_snapshots(self) -> None:
-        """A snapshot of every loaded producer state at its log end (at close): the next start replays
-        nothing before it. Written when empty too, so a restart does not replay a whole log to learn
-        that nothing is open."""
-        for (topic, partition), table in self._producer_states.items():
-            try:
-                plog = self.logs.get_log(topic, partition)
-            except KafkaError:
-                continue  # deleted since
-            if not plog.closed and plog.offline_reason is None and not plog.read_only:
-                try:
-                    table.write_snapshot(plog.directory, plog.log_end_offset)
-                except OSError as e:
-                    log.warning("could not write producer snapshot for %s-%d: %s", topic, partition, e)
+        """The partition's producer state (its log loads it on first use)."""
+        return self.get_log(topic, partition).producer_state
 
     def forget_partition(self, topic: str, partition: int) -> None:
-        self._producer_states.pop((topic, partition), None)
         self._append_configs.pop((topic, partition), None)
 
     def _append_config(self, topic: str, partition: int, plog):

@@ -38,6 +38,7 @@ from minibroker.storage import checkpoints as ckpt
 from minibroker.storage import log_dir_move as mv
 from minibroker.storage.dir_lock import LogDirLock
 from minibroker.storage.partition_log import PartitionLog
+from minibroker.storage.producer_state import snapshot_path
 from minibroker.storage.topic_config import broker_setting, effective_topic_config
 
 __all__ = ["LogDirConflictError", "LogManager", "TopicInfo", "TOPICS_FILE"]
@@ -594,7 +595,7 @@ class LogManager:
         except OSError as exc:
             self.dir_failed(move.source, exc, f"closing {topic}-{partition} for its move")
             self._reopen(key, move.source, source, info, log_start, plog.recovery_point, clean=False,
-                         listeners=listeners)
+                         listeners=listeners, producer_state=plog.loaded_producer_state)
             return False
         try:
             move.copy.copy_round(active_base, final=True, throttle=False)
@@ -632,7 +633,7 @@ class LogManager:
                 log.error("%s-%d: move to %s failed: %s; the partition stays in %s", topic, partition,
                           move.destination, exc, move.source)
             self._reopen(key, move.source, source, info, log_start, plog.log_end_offset, clean=True,
-                         listeners=listeners)
+                         listeners=listeners, producer_state=plog.loaded_producer_state)
             return False
         # Committed: the new dir is complete and named; the source is stale from here on.
         self._crash_step("future_renamed")
@@ -645,7 +646,7 @@ class LogManager:
             doomed = None
         self._crash_step("source_renamed")
         self._reopen(key, move.destination, real, info, log_start, plog.log_end_offset, clean=True,
-                     listeners=listeners)
+                     listeners=listeners, producer_state=plog.loaded_producer_state)
         if doomed is not None:
             _drop_moved_from(real)
         self.write_checkpoints()
@@ -663,8 +664,10 @@ class LogManager:
     def _delete_later(self, path: str) -> None:
         asyncio.get_running_loop().run_in_executor(None, _rmtree, path)
 
-    def _reopen(self, key, d, full, info, log_start, recovery_point, *, clean, listeners) -> None:
-        """Open ``full`` as the partition's log in dir ``d`` (read-only when ``d`` is offline)."""
+    def _reopen(self, key, d, full, info, log_start, recovery_point, *, clean, listeners,
+                producer_state=None) -> None:
+        """Open ``full`` as the partition's log in dir ``d`` (read-only when ``d`` is offline), with the
+        closed log's listeners and loaded producer state."""
         topic, partition = key
         plog = self._open_log(d, full, topic, partition, info, {key: log_start}, {key: recovery_point}, clean)
         if plog is None:
@@ -672,6 +675,7 @@ class LogManager:
             self._dir_of.pop(key, None)
             return
         self._register(plog, d)
+        plog.adopt_producer_state(producer_state)
         for callback in listeners:
             plog.add_append_listener(callback)
 
@@ -837,6 +841,18 @@ class LogManager:
         self._dir_of[key] = log_dir
         plog.on_log_start_offset_change = self._start_offset_changed
         plog.on_storage_error = self._storage_error_from
+        plog.producer_id_expiration_ms = broker_setting(self.config, "producer.id.expiration.ms")
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """One pass of Kafka's PeriodicProducerExpirationCheck over every log whose producer state is
+        loaded, with the current ``producer.id.expiration.ms`` (a dynamic setting); returns how many
+        producer ids were forgotten."""
+        expiration_ms = broker_setting(self.config, "producer.id.expiration.ms")
+        removed = 0
+        for plog in self.logs():
+            plog.producer_id_expiration_ms = expiration_ms
+            removed += len(plog.remove_expired_producers(now_ms))
+        return removed
 
     def _start_offset_changed(self, plog: PartitionLog) -> None:
         d = self._dir_of.get((plog.topic, plog.partition))
@@ -880,7 +896,9 @@ class LogManager:
             return
         files = [seg.file for _, segs in work for seg in segs if seg.file is not None]
         dirs = [plog.directory for plog, _ in work]
-        failed = await asyncio.to_thread(_fsync_files, files, dirs)
+        # the producer snapshot each roll wrote unsynced, named after the segment that followed
+        snapshots = [snapshot_path(plog.directory, seg.next_offset) for plog, segs in work for seg in segs]
+        failed = await asyncio.to_thread(_fsync_files, files, dirs, snapshots)
         for plog, segs in work:
             bad = [f for f in [seg.file for seg in segs] + [plog.directory] if f in failed]
             if bad:
@@ -903,9 +921,11 @@ class LogManager:
     async def _upkeep(self) -> None:
         retention_ms = broker_setting(self.config, "log.retention.check.interval.ms")
         checkpoint_ms = broker_setting(self.config, "log.flush.offset.checkpoint.interval.ms")
-        tick = max(0.01, min(retention_ms, checkpoint_ms, 1000) / 1000)
+        expiration_check_ms = broker_setting(self.config, "producer.id.expiration.check.interval.ms")
+        tick = max(0.01, min(retention_ms, checkpoint_ms, expiration_check_ms, 1000) / 1000)
         now = time.monotonic()
         next_retention, next_checkpoint = now + retention_ms / 1000, now + checkpoint_ms / 1000
+        next_expiration = now + expiration_check_ms / 1000
         while True:
             await asyncio.sleep(tick)
             try:
@@ -919,6 +939,9 @@ class LogManager:
                 if now >= next_checkpoint:
                     next_checkpoint = now + checkpoint_ms / 1000
                     self.write_checkpoints()
+                if now >= next_expiration:
+                    next_expiration = now + expiration_check_ms / 1000
+                    self.remove_expired_producers()
             except Exception:
                 log.exception("log upkeep failed; retrying at the next tick")
 
@@ -995,11 +1018,26 @@ def _warn_deprecated_format(topic: str, overrides: Mapping[str, str]) -> None:
         log.warning("%s", deprecation_warning("message.format.version", value, topic))
 
 
-def _fsync_files(files, dirs=()) -> dict:
-    """fsync each file, then each directory; returns {file or dir: OSError} for those that failed
-    (an fsync error means the data may not be on disk: the segment stays unflushed and its dir
-    goes offline)."""
+def _fsync_files(files, dirs=(), paths=()) -> dict:
+    """fsync each file, each file at ``paths`` (missing ones skipped), then each directory; returns
+    {file or dir: OSError} for those that failed (an fsync error means the data may not be on disk:
+    the segment stays unflushed and its dir goes offline; a snapshot that failed is only logged, as
+    a torn one is passed over at load)."""
     failed = {}
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("could not open producer snapshot %s to fsync it: %s", path, exc)
+            continue
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            log.warning("could not fsync producer snapshot %s: %s", path, exc)
+        finally:
+            os.close(fd)
     for f in files:
         try:
             os.fsync(f.fileno())

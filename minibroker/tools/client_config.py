@@ -10,7 +10,8 @@ kafka-python take ``kafka_python_settings()``. The keys are Kafka's client keys:
   system's trusted CAs;
 - ``ssl.keystore.location`` with ``ssl.keystore.type`` PEM (the private key and the certificate chain in
   one file, ``ssl.key.password`` if the key is encrypted) or PKCS12 (``ssl.keystore.password``): the client
-  certificate for mutual TLS;
+  certificate for mutual TLS; PKCS12 stores are read with the cryptography package (the ``tls`` extra),
+  PEM ones with Python's ssl alone;
 - ``ssl.endpoint.identification.algorithm``: ``https`` (Kafka's default) checks the broker certificate's
   host name; empty turns that check off (the certificate chain is still verified);
 - ``sasl.mechanism``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (Kafka's default, GSSAPI, is
@@ -115,27 +116,25 @@ class ClientSecurity:
     def _load_key_store(self, context: ssl.SSLContext) -> None:
         if self.keystore_location is None:
             return
+        from minibroker.security.tls import load_key_and_chain, load_pem_key_store
+
         what = f"ssl.keystore.location {self.keystore_location}"
-        if self.keystore_type == "PEM":
-            _must_read(self.keystore_location, "ssl.keystore.location")
-            try:  # one file: the private key (encrypted with ssl.key.password, if at all) and the chain
-                context.load_cert_chain(self.keystore_location, password=self.key_password)
-            except ssl.SSLError as e:
-                raise ClientConfigError(f"{self.source}: {what}: cannot load the key and certificate (a PEM "
-                                        f"key store holds both; wrong ssl.key.password?): {e}") from None
+        if self.keystore_type == "PEM":  # one file: the private key (plain or encrypted) and the chain
+            data = _must_read(self.keystore_location, "ssl.keystore.location")
+            load_pem_key_store(context, data, path=self.keystore_location, password=self.key_password,
+                               password_key="ssl.key.password", what=what)
             return
         key, cert, extra = self._pkcs12(self.keystore_location, self.keystore_password,
                                         "ssl.keystore.location", "ssl.keystore.password")
         if key is None or cert is None:
             raise ClientConfigError(f"{self.source}: {what}: the PKCS12 store holds no private key with its "
                                     "certificate")
-        from minibroker.security.tls import _load_chain  # Python's ssl takes a key from a file only
-
-        _load_chain(context, key, [cert, *(extra or [])], f"{self.source}: {what}")
+        load_key_and_chain(context, key, [cert, *(extra or [])], what)
 
     def _pkcs12(self, location: str, password: str | None, location_key: str, password_key: str):
-        from cryptography.hazmat.primitives.serialization import pkcs12
+        from minibroker.security.tls import pkcs12_module
 
+        pkcs12 = pkcs12_module(f"{location_key} {location}")  # names the extra when cryptography is missing
         data = _must_read(location, location_key)
         try:
             return pkcs12.load_key_and_certificates(data, None if password is None else password.encode())
