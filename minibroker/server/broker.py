@@ -155,6 +155,7 @@ class Broker:
             self.logs.close()  # releases the locks; writes nothing if the logs never loaded
             raise
         self.logs.start_retention()
+        self.logs.resume_moves()  # partition moves between log dirs a restart cut short
         self.started_at = time.time()
         self.ready.set()
         log.info("minibroker ready: node %d, cluster %s, listening on %s (advertised %s), data in %s, "
