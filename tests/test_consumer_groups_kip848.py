@@ -643,6 +643,10 @@ def test_reconcile_revokes_before_assigning():
     ("[[:digit:]]+", ["123"], ["12a"]),
     ("(?<name>ab)c", ["abc"], ["ab"]),
     ("(?i)topic", ["TOPIC"], ["topics"]),
+    # RE2 takes flags anywhere, for the rest of the group, alternatives included
+    ("x(?i)y", ["xY"], ["XY"]),
+    ("(a(?i)b|c)d", ["aBd", "Cd"], ["ABd", "aBD"]),
+    ("a{,3}", ["a{,3}"], ["aaa"]),  # not a repetition in RE2: literal
 ])
 def test_re2_translation(pattern, matches, misses):
     regex = compile_re2(pattern)
@@ -668,6 +672,9 @@ def test_re2_rejects(pattern):
     ("(?U)a+b", ["aab"], ["ba"]),
     ("\\pL+[\\p{Nd}_]\\PL", ["ab_1", "Q99"], ["ab_c", "1_1"]),
     ("(?i)(TOP|sub)\\b.*", ["top", "SUB.x"], ["topx"]),
+    ("(a?){60}a{60}c", ["a" * 60 + "c"], ["a" * 120 + "b"]),  # the classic exponential one
+    ("(.*a){20}c", ["a" * 20 + "c"], ["a" * 200 + "b"]),
+    ("(a|aa)(a|aa)(a|aa)(a|aa)c", ["aaaac", "aaaaaaaac"], ["a" * 9 + "c", "a" * 200]),
 ])
 def test_re2_patterns_python_would_backtrack_on(pattern, matches, misses):
     regex = compile_re2(pattern)
@@ -686,6 +693,32 @@ def test_position_sets_agree_with_python_re():
         walked, backtracked = PositionSetMatcher(source), re.compile(source, re.ASCII)
         for name in names:
             assert bool(walked.fullmatch(name)) == bool(backtracked.fullmatch(name)), (pattern, name)
+
+
+def test_position_sets_agree_with_python_re_on_random_patterns():
+    # small random patterns over a two-letter alphabet, every name up to five letters: both engines agree
+    import itertools
+    import random
+
+    rng = random.Random(848)
+
+    def pattern(depth: int) -> str:
+        roll = rng.random()
+        if depth == 0 or roll < 0.3:
+            return rng.choice(["a", "b", ".", "[ab]", "[^a]", "^", "$", "\\b"])
+        if roll < 0.55:
+            return pattern(depth - 1) + pattern(depth - 1)
+        if roll < 0.7:
+            return f"({pattern(depth - 1)}|{pattern(depth - 1)})"
+        atom = f"(?:{pattern(depth - 1)})"
+        return atom + rng.choice(["*", "+", "?", "{2}", "{0,2}", "{1,}", "*?"])
+
+    names = ["".join(letters) for size in range(6) for letters in itertools.product("ab", repeat=size)]
+    for _ in range(300):
+        source = pattern(4)
+        walked, backtracked = PositionSetMatcher(source), re.compile(source, re.ASCII)
+        for name in names:
+            assert bool(walked.fullmatch(name)) == bool(backtracked.fullmatch(name)), (source, name)
 
 
 def test_consumer_group_records_round_trip():

@@ -9,8 +9,9 @@ more permissive parser; ``\\Q...\\E``, ``\\z``, ``(?<name>...)``, ``[[:class:]]`
 ``U`` and the Unicode classes ``\\pL``/``\\p{Lu}``/``\\PN`` are rewritten.
 
 Matching never backtracks for long: Python's engine does, so a pattern whose backtracking could grow
-(a group holding a repetition or an alternation repeated without bound, or more than
-MAX_UNBOUNDED_REPETITIONS unbounded repetitions in one alternative) is matched by ``PositionSetMatcher``
+(a group holding a quantifier or an alternation, itself repeated, or more than
+MAX_UNBOUNDED_REPETITIONS quantifiers in one alternative; a quantifier repeats (``*``, ``+``, ``{2}``,
+``{1,5}``) or leaves a choice (``?``, ``{0,3}``)) is matched by ``PositionSetMatcher``
 instead, which walks the parsed pattern carrying the set of positions reached, as an automaton would
 (RE2's own guarantee: time linear in the name for a given pattern). Both answer ``fullmatch(name)``.
 """
@@ -40,10 +41,30 @@ _ASCII = [chr(i) for i in range(128)]
 _CATEGORIES = {cat for c in _ASCII for cat in (unicodedata.category(c)[0], unicodedata.category(c))}
 _SCRIPTS = {"Any": _ASCII, "Latin": [c for c in _ASCII if c.isalpha()],
             "Common": [c for c in _ASCII if not c.isalpha()]}
-_UNBOUNDED = re.compile(r"[*+]|\{\d*,\}")
 _COUNTED = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 MAX_REPEAT = 1000  # RE2's limit on a repetition count
 MAX_UNBOUNDED_REPETITIONS = 3  # more in one alternative: matched by PositionSetMatcher (n^k backtracking)
+
+
+def _varies(pattern: str, i: int) -> bool:
+    """Whether a quantifier with a choice of counts (``*``, ``+``, ``?``, ``{n,}``, ``{n,m}``) stands at
+    ``i``: each is a point Python's engine may come back to."""
+    if pattern.startswith(("*", "+", "?"), i):
+        return True
+    counted = _COUNTED.match(pattern, i)
+    return counted is not None and counted.group(2) is not None and counted.group(2) != counted.group(1)
+
+
+def _repeats(pattern: str, i: int) -> bool:
+    """Whether a quantifier that allows more than one repetition (``*``, ``+``, ``{n,}``, ``{n,m}`` with
+    m > 1, ``{n}`` with n > 1) stands at ``i``: what makes Python's engine backtrack."""
+    if pattern.startswith(("*", "+"), i):
+        return True
+    counted = _COUNTED.match(pattern, i)
+    if counted is None:
+        return False
+    low, high = counted.groups()
+    return high == "" or int(high if high is not None else low) > 1
 
 
 def _unicode_class(pattern: str, i: int) -> tuple[list[str], int]:
@@ -88,7 +109,12 @@ def translate_re2(pattern: str) -> tuple[str, bool]:
     # backtracks exponentially in Python's engine); and the unbounded repetitions of the alternative
     # being read, per nesting level
     groups: list[bool] = []
-    counts: list[list[int]] = [[0, 0]]  # per nesting level: [this alternative's count, the largest]
+    # per nesting level: [this alternative's quantifiers, the most of an earlier one, 1 if alternatives]
+    counts: list[list[int]] = [[0, 0, 0]]
+    # per nesting level: the flags set by (?flags) so far. RE2 applies them to the rest of the group,
+    # alternatives included; Python takes flags only at the very start or scoped, (?flags:...), so each
+    # is opened as a scope, closed before a | or the group's end and opened again after the |
+    scopes: list[list[str]] = [[]]
     risky = False
     while i < n:
         c = pattern[i]
@@ -150,13 +176,20 @@ def translate_re2(pattern: str) -> tuple[str, bool]:
         counted = _COUNTED.match(pattern, i) if c == "{" else None
         if counted is not None and any(v and int(v) > MAX_REPEAT for v in counted.groups()):
             raise RegexError(f"bad repetition operator: {counted.group(0)}")
+        if c == "{" and counted is None:  # a literal brace in RE2 ({,3} too, which Python would repeat)
+            out.append("\\{")
+            i += 1
+            continue
         if c == "(":
             groups.append(False)
-            counts.append([0, 0])
+            counts.append([0, 0, 0])
+            scopes.append([])
         elif c == ")" and groups:
+            out.append(")" * len(scopes.pop()))
             holds = groups.pop()
-            inner = max(counts.pop())
-            repeated = _UNBOUNDED.match(pattern, i + 1) is not None
+            current, most, alternatives = counts.pop()
+            inner = max(current, most) + alternatives  # a group of alternatives is a choice itself
+            repeated = _repeats(pattern, i + 1)
             if holds and repeated:
                 risky = True
             if groups and (holds or repeated):
@@ -165,8 +198,11 @@ def translate_re2(pattern: str) -> tuple[str, bool]:
         elif c == "|":
             if groups:
                 groups[-1] = True
-            counts[-1] = [0, max(counts[-1])]
-        elif _UNBOUNDED.match(pattern, i) is not None:
+            counts[-1] = [0, max(counts[-1][:2]), 1]
+            out.append(")" * len(scopes[-1]) + "|" + "".join(f"(?{f}:" for f in scopes[-1]))
+            i += 1
+            continue
+        elif _repeats(pattern, i) or _varies(pattern, i):
             counts[-1][0] += 1
             if groups:
                 groups[-1] = True
@@ -191,14 +227,16 @@ def translate_re2(pattern: str) -> tuple[str, bool]:
             on, off = flags.group(1).replace("U", ""), (flags.group(2) or "").replace("U", "")
             end = flags.group(3)
             i += 2 + flags.end()
-            if end == ")" and not on and not off:
+            text = on + ("-" + off if off else "")
+            if end == ":":
+                out.append(f"(?{text}:")
+            else:  # a flag group, not a group: its flags hold to the end of the enclosing one
                 groups.pop()
                 counts.pop()
-                continue
-            out.append("(?" + on + ("-" + off if off else "") + end)
-            if end == ")":  # a flag group, not a group: nothing to close
-                groups.pop()
-                counts.pop()
+                scopes.pop()
+                if text:
+                    out.append(f"(?{text}:")
+                    scopes[-1].append(text)
             continue
         if c in "*+?}" and i + 1 < n and pattern[i + 1] == "+":
             raise RegexError("possessive quantifiers are not RE2")
@@ -206,6 +244,7 @@ def translate_re2(pattern: str) -> tuple[str, bool]:
         i += 1
     if in_class:
         raise RegexError("missing ]")
+    out.append(")" * len(scopes[0]))
     return "".join(out), risky
 
 
