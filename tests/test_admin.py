@@ -767,6 +767,30 @@ def test_confluent_describe_configs_reports_the_cluster_min_isr_as_kafka_4_1(min
     assert [(s.value, s.source) for s in entry.synonyms] == [("2", 3), ("3", 4), ("1", 5)]
 
 
+def test_a_saved_broker_level_min_isr_gives_way_to_the_cluster_level_one(minibroker_factory, tmp_path):
+    # Kafka enabling ELR removes every broker-level min.insync.replicas and keeps (or writes) the
+    # cluster-level one: a data dir saved by a broker without ELR starts the same way
+    import json
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    saved = data_dir / "minibroker-dynamic-configs.json"
+    saved.write_text(json.dumps({"broker": {"min.insync.replicas": "2", "message.max.bytes": "5000"},
+                                 "cluster_default": {}}))
+    broker = minibroker_factory({"min.insync.replicas": "3"}, data_dir=str(data_dir))
+    assert json.loads(saved.read_text()) == {"broker": {"message.max.bytes": "5000"},
+                                             "cluster_default": {"min.insync.replicas": "3"}}
+    node = str(broker.broker.node_id)
+    with WireClient(broker.host, broker.port) as wire:
+        resource = {"resource_type": BROKER, "resource_name": node,
+                    "configuration_keys": ["min.insync.replicas"]}
+        r = wire.request(DESCRIBE_CONFIGS, 4, {"include_synonyms": True, "include_documentation": False,
+                                               "resources": [resource]})
+    (entry,) = r.results[0].configs
+    assert (entry.value, entry.config_source) == ("3", 3)
+    assert [(s.value, s.source) for s in entry.synonyms] == [("3", 3), ("3", 4), ("1", 5)]
+
+
 def test_empty_cleanup_policy_is_accepted(minibroker, wire, topic_name):
     # Kafka's ValidList accepts an empty cleanup.policy (nothing deleted, nothing compacted):
     # CreateTopics, SET "" and SUBTRACT of the last value all succeed, through confluent-kafka
