@@ -696,8 +696,10 @@ def test_confluent_describe_configs_reports_the_cluster_min_isr_as_kafka_4_1(min
     confluent_kafka = pytest.importorskip("confluent_kafka")
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-    data_dir = str(tmp_path / "data")
+    data_dir = str(tmp_path / "data")  # made by the broker's first start, which saves the value
     broker = minibroker_factory(data_dir=data_dir)
+    with open(os.path.join(data_dir, "minibroker-dynamic-configs.json")) as f:
+        assert '"min.insync.replicas": "1"' in f.read()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     for name in ("ck-cfg-1", "ck-cfg-2"):
         admin.create_topics([NewTopic(name, 2, 1, config={"compression.type": "gzip"})])[name].result(10)

@@ -214,7 +214,7 @@ class Broker:
         from minibroker.storage.metadata_file import MetadataFileError, load_metadata
 
         if not os.path.isdir(self.config.data_dir):  # nothing saved yet; or unusable, which the lock reports
-            return
+            return True
         try:
             saved = load_metadata(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE, {})
         except MetadataFileError as e:  # settings, unlike ACLs or credentials: start on the static ones
