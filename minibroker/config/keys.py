@@ -224,7 +224,10 @@ _BROKER_KEYS = [
     _k("compression.zstd.level", _INT, 3, "zstd level used when the broker recompresses.",
        validator=_ZSTD_LEVEL, dynamic=True),
     _k("min.insync.replicas", _INT, 1,
-       "Replicas that must hold a write for acks=all; the only replica is this broker.",
+       "Replicas that must hold a write for acks=all; the only replica is this broker. With eligible "
+       "leader replicas on (KIP-966, as Kafka 4.1+), the first start also writes this value as the "
+       "cluster-level dynamic default, which topics then report (DYNAMIC_DEFAULT_BROKER_CONFIG) and a "
+       "later static change does not replace; it cannot be set per broker or removed.",
        importance="high", validator=AtLeast(1), dynamic=True),
     _k("unclean.leader.election.enable", _BOOL, False, "Allow an out-of-sync replica to lead.",
        importance="high", dynamic=True, no_effect=True),

@@ -18,7 +18,7 @@ and a listener started without a trust store cannot be given one. New connection
 context; established ones keep theirs. The connection side lives in minibroker/server/connection.py
 (``KafkaConnection.tls``: the principal at ``connection_made``, record bytes copied through the TLS
 transport instead of ``sendfile``) and minibroker/server/sockets.py (the handshake, with
-``HANDSHAKE_TIMEOUT_S``).
+``HANDSHAKE_TIMEOUT_S``); a failed handshake sends its TLS alert (``AlertingSSLObject``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import re
 import secrets
 import ssl
 import tempfile
+from contextvars import ContextVar
 
 from minibroker.config import key_to_env_var, listener_key, split_listener_key
 from minibroker.config.principal_rules import PrincipalMapper
@@ -90,6 +91,43 @@ class ListenerTls:
         if not cert:
             return ANONYMOUS
         return user(self.mapper.name_for(certificate_subject(cert)))
+
+
+# The socket whose TLS handshake runs in this context: minibroker/server/sockets.py sets it in the task
+# that starts a TLS connection, and the event loop runs the handshake in that task's context.
+handshake_socket: ContextVar = ContextVar("handshake_socket", default=None)
+
+
+class AlertingSSLObject(ssl.SSLObject):
+    """The SSLObject of a TLS listener's connections (``SSLContext.sslobject_class``): when the handshake
+    fails it sends the TLS alert OpenSSL wrote (``certificate_required`` for a client without a
+    certificate under ``ssl.client.auth=required``, ``handshake_failure``, ``unknown_ca`` ...) before
+    the event loop closes the connection. asyncio's and uvloop's TLS transports close it with the alert
+    still in their outgoing buffer, so the client would see a bare disconnect and retry; Kafka's
+    SSLEngine sends the alert, and clients fail at once on it."""
+
+    @classmethod
+    def _create(cls, incoming, outgoing, *args, **kwargs):
+        self = super()._create(incoming, outgoing, *args, **kwargs)
+        self._alert_out = outgoing
+        return self
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError:
+            # only the alert is pending: the transport sent everything before it read the client's
+            # last flight, so writing on the socket here keeps the byte order
+            alert = self._alert_out.read()
+            sock = handshake_socket.get()
+            if alert and sock is not None:
+                try:
+                    sock.send(alert)
+                except OSError:  # the client is gone already
+                    pass
+            raise
 
 
 class _Settings:
@@ -391,6 +429,7 @@ def _build(config, listener: str, security_protocol: str, handshake_timeout: flo
     TlsConfigError."""
     settings = _Settings(config, listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.sslobject_class = AlertingSSLObject
     low, high = _versions(settings)
     if _ciphers(settings, context, high):
         low = ssl.TLSVersion.TLSv1_3

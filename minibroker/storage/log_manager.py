@@ -16,7 +16,8 @@ Several log dirs (JBOD): each locked, with its own ``meta.properties`` (one clus
 start-up is refused) and checkpoints; a new partition goes to the online dir holding the fewest; a
 failed dir goes offline alone. ``move_partition`` (AlterReplicaLogDirs) moves a partition to another
 dir through a ``-future`` copy (storage/log_dir_move.py) swapped in on the loop; start-up settles what
-a crash left (``_settle_duplicates``, discarded ``-future`` dirs). See docs/storage.md, "Several log dirs".
+a crash left (``_settle_duplicates``; a ``-future`` dir of a move that did not commit is discarded and
+the move started again by ``resume_moves``). See docs/storage.md, "Several log dirs".
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ class LogManager:
         # partitions answer KAFKA_STORAGE_ERROR to appends and keep serving reads, until a restart.
         self.offline_dirs: dict[str, str] = {}
         self._moves: dict[tuple[str, int], _Move] = {}  # AlterReplicaLogDirs moves in progress
+        # moves a restart cut short (their future dirs, found by load()) -> destination; resume_moves()
+        self._moves_to_resume: dict[tuple[str, int], str] = {}
         self._move_crash = mv.move_crash_hook_from_env()  # tests: MINIBROKER_MOVE_CRASH_AT
         self._delayed_deletes: list[asyncio.TimerHandle] = []  # moved partitions' old "-delete" dirs
 
@@ -190,10 +193,13 @@ class LogManager:
         found = {key: self._settle_duplicates(key, where) for key, where in candidates.items()}
         for key, full in futures:  # moves that did not commit: the source dir is intact
             if key in found:
-                log.warning("discarding %s: the move of %s-%d to %s did not finish before the last "
-                            "shutdown; the partition stays in %s (send AlterReplicaLogDirs again)",
-                            full, key[0], key[1], os.path.dirname(full), found[key][0])
+                destination = os.path.dirname(full)
+                log.warning("%s-%d: the move to %s did not finish before the last shutdown; it starts "
+                            "again once the logs are loaded (its copy %s is discarded)", key[0], key[1],
+                            destination, full)
                 _rmtree(full)
+                if destination != found[key][0]:
+                    self._moves_to_resume[key] = destination
             else:
                 log.error("%s is a partition move's copy, but %s-%d is in no log dir: left as it is, not "
                           "served", full, key[0], key[1])
@@ -461,6 +467,19 @@ class LogManager:
         move = _Move(topic, partition, current, destination, plog)
         self._moves[key] = move
         move.task = asyncio.get_running_loop().create_task(self._move(move), name=f"move-{topic}-{partition}")
+
+    def resume_moves(self) -> None:
+        """Start again each move a restart cut short (load() found its future dir), as Kafka's broker
+        goes on filling a future replica it finds at start-up: the partition still ends in the dir
+        AlterReplicaLogDirs asked for. The copy starts over (Kafka's goes on from the future log's
+        end). On the event loop, once the logs are loaded."""
+        pending, self._moves_to_resume = self._moves_to_resume, {}
+        for (topic, partition), destination in sorted(pending.items()):
+            try:
+                self.move_partition(topic, partition, destination)
+            except KafkaError as exc:
+                log.warning("%s-%d: the move to %s is not resumed: %s", topic, partition, destination,
+                            exc.message)
 
     def is_moving(self, topic: str, partition: int) -> bool:
         """A move of the partition to another log dir is in progress: the log cleaner leaves it alone
