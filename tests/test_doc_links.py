@@ -124,7 +124,7 @@ def test_every_named_section_and_anchor_exists():
                 path = resolve(source, m.group(1))
                 if path is None:
                     broken.append(f"{source}:{number}: {m.group(1)}: no such file")
-                elif not any(text.startswith(m.group(2)) for text in headings(path)[0]):
+                elif not any(text.startswith(re.sub(r"[`*]", "", m.group(2))) for text in headings(path)[0]):
                     broken.append(f"{source}:{number}: {m.group(1)} has no section {m.group(2)!r}")
     assert not broken, "\n".join(broken)
 
