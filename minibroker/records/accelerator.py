@@ -10,12 +10,13 @@ on any input (tests/records/test_accelerator.py checks it, docs/records.md says 
 
 ``MINIBROKER_PURE_PYTHON=1`` (or ``true``/``yes``) in the environment when the record layer is
 first imported keeps the accelerator unloaded. Tests switch at run time with ``use_accelerator``.
-Importing this module loads nothing else of the record layer (the broker logs ``describe()`` at
-start without loading the validator).
+Importing this module loads nothing else of the record layer (the package's ``__init__`` is lazy):
+``minibroker serve`` logs ``describe()`` at start without loading the validator.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 
 ENV_VAR = "MINIBROKER_PURE_PYTHON"
@@ -31,8 +32,8 @@ def _load():
     """(module or None, why not)"""
     if _pure_python_asked():
         return None, f"{ENV_VAR} is set"
-    try:
-        from minibroker.records import _accelerator
+    try:  # by its full name: an import of the compiled module, not of the package's __init__
+        _accelerator = importlib.import_module("minibroker.records._accelerator")
     except ImportError as exc:
         return None, f"the C accelerator is not built ({exc})"
     _accelerator.set_release_gil_bytes(RELEASE_GIL_BYTES)
