@@ -318,6 +318,10 @@ class _KafkaAppendCeiling(_AppendCeiling):
                     {"api_key": 18, "min_version": 0, "max_version": 3},
                     {"api_key": 3, "min_version": 0, "max_version": 8},
                     {"api_key": 22, "min_version": 0, "max_version": 4},
+                    # Fetch is never asked for, but librdkafka enables v2 batches only with Fetch v4
+                    # and zstd only with Fetch v10: without it, kcat sent this reference v0 message
+                    # sets, and uncompressed ones whatever its -z (until 2026-11-29)
+                    {"api_key": 1, "min_version": 0, "max_version": 11},
                     {
                         "api_key": 0,
                         "min_version": self.PRODUCE_VERSIONS[0],
