@@ -12,9 +12,11 @@
 # (--format docker keeps the HEALTHCHECK). Compose: podman-compose (docs/container.md).
 #
 # Two ways to install the package (docs/container.md, "Building the image"):
-#   * default: the build stage builds minibroker and its dependencies from source / PyPI (needs network);
+#   * default: the build stage builds minibroker (its C accelerator with a gcc it installs) and its
+#     dependencies from source / PyPI (needs network);
 #   * --build-arg WHEELHOUSE=dist: install only from wheels already in dist/ (`pip wheel '.[tls]' -w dist`
-#     on the host), with no index at all - offline-friendly, and what scripts/container.sh does with podman.
+#     on the host, whose compiler builds the accelerator into minibroker's wheel), with no index at all -
+#     offline-friendly, and what scripts/container.sh does with podman.
 # Either way the runtime stage gets a ready virtualenv and no build tools. The image installs the `tls`
 # extra (cryptography): PKCS12 key stores and `minibroker certs` work in it, as the compose example needs.
 
@@ -22,13 +24,19 @@ FROM python:3.11-slim AS build
 ARG WHEELHOUSE=
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 COPY . /src
+# Without a wheelhouse: gcc for the record layer's C accelerator (the image's Python has its headers).
+# Only this stage has it: the runtime stage copies the virtualenv, the compiled module in it. The
+# build says which record layer the image runs.
 RUN set -eu; \
     python3 -m venv /opt/minibroker; \
     if [ -n "$WHEELHOUSE" ]; then \
         /opt/minibroker/bin/pip install --no-index --find-links "/src/$WHEELHOUSE" 'minibroker[tls]'; \
     else \
+        apt-get update -qq; \
+        apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null; \
         /opt/minibroker/bin/pip install '/src[tls]'; \
     fi; \
+    /opt/minibroker/bin/python -c "from minibroker.records import accelerator as a; print('record layer:', a.describe())"; \
     /opt/minibroker/bin/pip uninstall -q -y pip setuptools; \
     /opt/minibroker/bin/minibroker --help >/dev/null
 

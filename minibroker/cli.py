@@ -55,6 +55,14 @@ def log_config_banner(config, config_file: str | None) -> None:
             log.debug("  %s = %s", key, value)
 
 
+def log_record_layer() -> None:
+    """Once at start, at INFO: which record layer appends run on, the C accelerator or pure Python,
+    and why (docs/records.md, "The C accelerator")."""
+    from minibroker.records import accelerator
+
+    logging.getLogger("minibroker.records").info("record layer: %s", accelerator.describe())
+
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -129,6 +137,7 @@ def cmd_serve(args) -> int:
         print(f"minibroker: configuration error: {e}", file=sys.stderr)
         return 2
     log_config_banner(config, args.config_file)
+    log_record_layer()
     choose_event_loop(args.loop)
     from minibroker.storage.dir_lock import LogDirLockedError
 

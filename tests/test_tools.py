@@ -3,6 +3,7 @@ structured logging; the /metrics endpoint; startup progress lines."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import logging
@@ -291,6 +292,12 @@ def test_serve_json_logging_and_debug_request_log(tmp_path):
     # at DEBUG the banner goes on with every effective key, one record each (issue 15)
     assert any(r["level"] == "DEBUG" and r["message"] == "  num.partitions = 1" for r in config_lines)
     assert any(r["logger"] == "minibroker.metrics" and "/metrics" in r["message"] for r in records)
+    # which record layer runs, once (issue 29): the C accelerator where it is built
+    built = importlib.util.find_spec("minibroker.records._accelerator") is not None
+    path = [(r["level"], r["message"]) for r in records if r["logger"] == "minibroker.records"]
+    assert len(path) == 1 and path[0][0] == "INFO", path
+    expected = "record layer: C accelerator (_accelerator." if built else "record layer: pure Python (the C"
+    assert path[0][1].startswith(expected), path
     request = next(r for r in records if r["logger"] == "minibroker.request")
     assert request["level"] == "DEBUG"
     assert re.match(r"ApiVersions v0 client=minibroker-healthcheck corr=1 [\d.]+ ms", request["message"])
