@@ -5,12 +5,14 @@ confluent-kafka and kafka-python, start-up errors in one line, and the tools wit
 
 The stores (``jks_stores``, one keytool run each, a JVM start every time) are built once for the module:
 a CA, a broker key store (the key's password differs from the store's, the CA as a trusted entry beside
-the key), a client key store, a trust store, a JCEKS store, and the client's key and certificate
-exported to PEM through openssl for the non-Java clients.
+the key), a client key store, a trust store, a store with two private key entries (RSA and EC, each
+with its own password), a JCEKS store, and the client's key and certificate exported to PEM through
+openssl for the non-Java clients. JKS needs no cryptography package: one test runs without it.
 """
 
 from __future__ import annotations
 
+import base64
 import shutil
 import socket
 import ssl
@@ -18,8 +20,11 @@ import subprocess
 import sys
 
 import pytest
+from test_tls import _handshake
+from test_tls_without_cryptography import no_cryptography  # noqa: F401 (a fixture)
 
 from minibroker.cli import main
+from minibroker.config import load_config
 from minibroker.security.certificates import certificate_subject
 from minibroker.security.jks import JksError, JksPasswordError, read_jks, store_kind
 from minibroker.security.tls import TlsConfigError, listener_tls, load_jks_key_store
@@ -30,7 +35,7 @@ pytestmark = pytest.mark.xdist_group("jks")
 
 KEYTOOL = shutil.which("keytool")
 CA_PASSWORD, BROKER_STORE_PASSWORD, BROKER_KEY_PASSWORD = "ca-store-pw", "broker-store-pw", "broker-key-pw"
-CLIENT_PASSWORD, TRUST_PASSWORD = "client-store-pw", "trust-store-pw"
+CLIENT_PASSWORD, TRUST_PASSWORD, MULTI_PASSWORD = "client-store-pw", "trust-store-pw", "multi-store-pw"
 CLIENT_DN = "CN=client,OU=test,O=minibroker"
 
 
@@ -74,6 +79,13 @@ def jks_stores(tmp_path_factory):
     truststore = str(tmp / "truststore.jks")
     _keytool("-importcert", "-noprompt", "-keystore", truststore, "-storetype", "JKS", "-storepass",
              TRUST_PASSWORD, "-alias", "ca", "-file", ca)
+    multi = str(tmp / "multi.jks")  # two private key entries, each with its own password, and a CA
+    for alias, algorithm in (("rsa-key", "RSA"), ("ec-key", "EC")):
+        _keytool("-genkeypair", "-keystore", multi, "-storetype", "JKS", "-storepass", MULTI_PASSWORD,
+                 "-alias", alias, "-keypass", f"{alias}-pw", "-keyalg", algorithm, "-dname", f"CN={alias}",
+                 "-validity", "2")
+    _keytool("-importcert", "-noprompt", "-keystore", multi, "-storetype", "JKS",
+             "-storepass", MULTI_PASSWORD, "-alias", "ca", "-file", ca)
     jceks = str(tmp / "store.jceks")
     _keytool("-genkeypair", "-keystore", jceks, "-storetype", "JCEKS", "-storepass", "jceks-pw", "-keypass",
              "jceks-pw", "-alias", "k", "-keyalg", "EC", "-dname", "CN=jceks")
@@ -87,7 +99,7 @@ def jks_stores(tmp_path_factory):
     subprocess.run(["openssl", "pkcs12", "-in", client_p12, "-passin", f"pass:{CLIENT_PASSWORD}", "-nodes",
                     "-out", client_pem], check=True, capture_output=True, timeout=60)
     return {"dir": tmp, "ca": ca, "broker": broker, "client": client, "truststore": truststore,
-            "jceks": jceks, "client_pem": client_pem, "client_p12": client_p12}
+            "jceks": jceks, "multi": multi, "client_pem": client_pem, "client_p12": client_p12}
 
 
 def _bytes(path: str) -> bytes:
@@ -121,6 +133,23 @@ def test_the_key_is_recovered_with_the_key_password_only(jks_stores):
                                key_password=BROKER_KEY_PASSWORD, store_password_key="ssl.keystore.password",
                                key_password_key="ssl.key.password", what="broker.jks")
     assert chain == list(entry.chain)
+
+
+def test_several_key_entries_each_with_its_own_password(jks_stores, tmp_path):
+    store = read_jks(_bytes(jks_stores["multi"]), MULTI_PASSWORD)
+    assert sorted(e.alias for e in store.private_keys) == ["ec-key", "rsa-key"]
+    assert [alias for alias, _ in store.certificates] == ["ca"]
+    for entry in store.private_keys:
+        other = "ec-key" if entry.alias == "rsa-key" else "rsa-key"
+        with pytest.raises(JksPasswordError):
+            entry.private_key(f"{other}-pw")
+        key = base64.encodebytes(entry.private_key(f"{entry.alias}-pw")).decode()
+        pem = tmp_path / f"{entry.alias}.pem"
+        pem.write_text(f"-----BEGIN PRIVATE KEY-----\n{key}-----END PRIVATE KEY-----\n"
+                       + ssl.DER_cert_to_PEM_cert(entry.chain[0]))
+        # OpenSSL takes the pair only when the recovered key is the certificate's
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(pem))
+        assert certificate_subject(entry.chain[0]) == f"CN={entry.alias}"
 
 
 def test_the_store_password_is_checked_by_the_integrity_digest(jks_stores):
@@ -242,8 +271,6 @@ def test_a_jks_store_with_its_type_left_to_the_default_is_read(jks_stores):
     overrides = _broker_overrides(jks_stores)
     del overrides["ssl.keystore.type"], overrides["ssl.truststore.type"]
     config_lines = [f"{k}={v}" for k, v in overrides.items()]
-    from minibroker.config import load_config
-
     tls = listener_tls(load_config(None, config_lines, {}))
     assert certificate_subject(tls["SSL"].certificate) == "CN=localhost" and tls["SSL"].has_truststore
 
@@ -288,6 +315,18 @@ def test_serve_with_a_corrupted_store_exits_with_one_line(jks_stores, tmp_path):
     assert len(errors) == 1, out.stderr  # the start-up log names the file too, at INFO
     assert f"ssl.keystore.location (from --override) {corrupted}: Keystore was tampered with, or password " \
            "was incorrect" in errors[0]
+
+
+def test_jks_stores_need_no_cryptography(jks_stores, no_cryptography):  # noqa: F811
+    """On a plain install (no ``tls`` extra) a JKS key store and trust store serve mutual TLS, in the
+    broker and in the tools."""
+    config = load_config(None, [f"{k}={v}" for k, v in _broker_overrides(jks_stores).items()], {})
+    client = ssl.create_default_context(cafile=jks_stores["ca"])
+    client.load_cert_chain(jks_stores["client_pem"])
+    server_side = _handshake(listener_tls(config)["SSL"].context, client)
+    assert certificate_subject(server_side.getpeercert(binary_form=True)) == CLIENT_DN
+    tools = client_security_from_properties(_client_properties(jks_stores)).ssl_context()
+    assert [c["subject"] for c in tools.get_ca_certs()] == [((("commonName", "jks-test-ca"),),)]
 
 
 # -- the tools' --command-config ----------------------------------------------------------------------
