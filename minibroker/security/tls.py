@@ -335,7 +335,9 @@ def load_jks_key_store(context: ssl.SSLContext, data: bytes, *, store_password, 
     (required, as Kafka requires ``ssl.keystore.password``) and unprotected with ``key_password`` (Kafka's
     ``ssl.key.password``; the store password when None); return the chain as DER, the certificate served
     first. The first private key entry is used (a key store made for Kafka holds one). The key reaches
-    OpenSSL as PEM through a memory file (``_load_from_memory``). Raises TlsConfigError."""
+    OpenSSL as PEM through a memory file (``_load_from_memory``), unencrypted: without the cryptography
+    package nothing here can encrypt it, so where no memory file exists (not Linux) it passes through a
+    private temporary file, removed at once. Raises TlsConfigError."""
     if store_password is None:
         raise TlsConfigError(f"{what}: SSL key store is specified, but key store password is not specified "
                              f"(set {store_password_key})")
