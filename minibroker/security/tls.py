@@ -5,10 +5,10 @@ certificate gives.
 Owner of: reading key stores and trust stores (PEM files and inline PEM values, private keys plain or
 encrypted, with Python's ssl alone; JKS, Kafka's default type, with minibroker/security/jks.py; PKCS12
 through the ``cryptography`` package, the ``tls`` extra, whose absence stops start-up with one line
-naming it), the TLS versions and cipher suites a
-listener offers, whether it asks for client certificates (``ssl.client.auth``), and Kafka's
-``ssl.principal.mapping.rules`` (SslPrincipalMapper). Every key may be set for one listener as
-``listener.name.<listener, lower case>.ssl.*``, which wins over the broker-wide key, as in Kafka.
+naming it), the TLS versions and cipher suites a listener offers, whether it asks for client
+certificates (``ssl.client.auth``), and Kafka's ``ssl.principal.mapping.rules`` (SslPrincipalMapper).
+Every key may be set for one listener as ``listener.name.<listener, lower case>.ssl.*``, which wins
+over the broker-wide key, as in Kafka.
 
 A key store or trust store that cannot be read stops start-up with ``TlsConfigError``, whose message
 names the key, where it was set and the file. At run time (``reload_listener_tls``, called by the
