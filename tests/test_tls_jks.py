@@ -260,10 +260,12 @@ def test_kafka_python_with_a_client_certificate(jks_broker, jks_stores, topic_na
     producer = kafka.KafkaProducer(**settings)
     producer.send(topic_name, b"over-jks").get(timeout=30)
     producer.close()
-    consumer = kafka.KafkaConsumer(topic_name, auto_offset_reset="earliest", consumer_timeout_ms=10000,
+    consumer = kafka.KafkaConsumer(topic_name, auto_offset_reset="earliest", consumer_timeout_ms=20000,
                                    **settings)
-    assert [m.value for m in consumer] == [b"over-jks"]
-    consumer.close()
+    try:
+        assert next(consumer).value == b"over-jks"
+    finally:
+        consumer.close()
 
 
 def test_a_jks_store_with_its_type_left_to_the_default_is_read(jks_stores):
