@@ -3,11 +3,12 @@ Kafka's ``ssl.*`` keys and rebuilt when AlterConfigs changes them, and the princ
 certificate gives.
 
 Owner of: reading key stores and trust stores (PEM files and inline PEM values, private keys plain or
-encrypted, with Python's ssl alone; PKCS12 through the ``cryptography`` package, the ``tls`` extra,
-whose absence stops start-up with one line naming it), the TLS versions and cipher suites a
-listener offers, whether it asks for client certificates (``ssl.client.auth``), and Kafka's
-``ssl.principal.mapping.rules`` (SslPrincipalMapper). Every key may be set for one listener as
-``listener.name.<listener, lower case>.ssl.*``, which wins over the broker-wide key, as in Kafka.
+encrypted, with Python's ssl alone; JKS, Kafka's default type, with minibroker/security/jks.py; PKCS12
+through the ``cryptography`` package, the ``tls`` extra, whose absence stops start-up with one line
+naming it), the TLS versions and cipher suites a listener offers, whether it asks for client
+certificates (``ssl.client.auth``), and Kafka's ``ssl.principal.mapping.rules`` (SslPrincipalMapper).
+Every key may be set for one listener as ``listener.name.<listener, lower case>.ssl.*``, which wins
+over the broker-wide key, as in Kafka.
 
 A key store or trust store that cannot be read stops start-up with ``TlsConfigError``, whose message
 names the key, where it was set and the file. At run time (``reload_listener_tls``, called by the
@@ -23,6 +24,7 @@ transport instead of ``sendfile``) and minibroker/server/sockets.py (the handsha
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import re
@@ -34,6 +36,7 @@ from contextvars import ContextVar
 from minibroker.config import key_to_env_var, listener_key, split_listener_key
 from minibroker.config.principal_rules import PrincipalMapper
 from minibroker.security.certificates import certificate_alt_names, certificate_subject, pem_certificates
+from minibroker.security.jks import JksError, JksPasswordError, read_jks, store_kind
 from minibroker.security.principal import ANONYMOUS, KafkaPrincipal, user
 
 log = logging.getLogger("minibroker.security")
@@ -145,6 +148,10 @@ class _Settings:
 
     def __getitem__(self, name: str):
         return self.config.for_listener(self.listener, name)
+
+    def is_set(self, name: str) -> bool:
+        """Whether ``name`` was given (with the listener prefix or without), not left to its default."""
+        return self.config.source_of(self.key(name)) != "default"
 
     def where(self, name: str) -> str:
         """``ssl.keystore.location (from --override)``."""
@@ -303,6 +310,75 @@ def load_key_and_chain(context: ssl.SSLContext, key, certs: list, what: str) -> 
         raise TlsConfigError(f"{what}: {reason}") from None
 
 
+def store_type_of(declared: str, data: bytes, *, explicit: bool) -> str:
+    """The type a store file is read as: ``declared``, except a file declared JKS that is a PKCS12 one
+    (a DER SEQUENCE, not JKS's magic number: Java's JKS type reads both, and keytool has written PKCS12
+    by default since Java 9) and a JKS file whose type was left to minibroker's default, PEM (``explicit``
+    False: Kafka's default is JKS, so Kafka configurations often leave the type out)."""
+    kind = store_kind(data)
+    if declared == "JKS" and kind is None and data[:1] == b"\x30":
+        return "PKCS12"
+    if declared == "PEM" and not explicit and kind == "JKS":
+        return "JKS"
+    return declared
+
+
+def _der_to_pem(label: str, der: bytes) -> bytes:
+    body = base64.encodebytes(der).decode("ascii").replace("\n", "")
+    lines = "\n".join(body[i:i + 64] for i in range(0, len(body), 64))
+    return f"-----BEGIN {label}-----\n{lines}\n-----END {label}-----\n".encode("ascii")
+
+
+def load_jks_key_store(context: ssl.SSLContext, data: bytes, *, store_password, key_password,
+                       store_password_key: str, key_password_key: str, what: str) -> list[bytes]:
+    """Give ``context`` the private key and chain of a JKS key store, checked with ``store_password``
+    (required, as Kafka requires ``ssl.keystore.password``) and unprotected with ``key_password`` (Kafka's
+    ``ssl.key.password``; the store password when None); return the chain as DER, the certificate served
+    first. The first private key entry is used (a key store made for Kafka holds one). The key reaches
+    OpenSSL as PEM through a memory file (``_load_from_memory``), unencrypted: without the cryptography
+    package nothing here can encrypt it, so where no memory file exists (not Linux) it passes through a
+    private temporary file, removed at once. Raises TlsConfigError."""
+    if store_password is None:
+        raise TlsConfigError(f"{what}: SSL key store is specified, but key store password is not specified "
+                             f"(set {store_password_key})")
+    try:
+        store = read_jks(data, str(store_password))
+    except JksPasswordError as e:
+        raise TlsConfigError(f"{what}: {e} (check {store_password_key})") from None
+    except JksError as e:
+        raise TlsConfigError(f"{what}: cannot read the JKS store: {e}") from None
+    if not store.private_keys:
+        raise TlsConfigError(f"{what}: the JKS store holds no private key entry (a trust store?)")
+    entry = store.private_keys[0]
+    if not entry.chain:
+        raise TlsConfigError(f"{what}: the private key entry {entry.alias!r} has no certificate chain")
+    password, password_key = ((key_password, key_password_key) if key_password is not None
+                              else (store_password, store_password_key))
+    try:
+        key = entry.private_key(str(password))
+    except JksError as e:
+        raise TlsConfigError(f"{what}: {e} (check {password_key})") from None
+    pem = _der_to_pem("PRIVATE KEY", key) + b"".join(_der_to_pem("CERTIFICATE", c) for c in entry.chain)
+    _load_pem_key_and_chain(context, pem, None, None, password_key, what)
+    return list(entry.chain)
+
+
+def jks_trusted_certificates(data: bytes, password, password_key: str, what: str) -> list[bytes]:
+    """The certificates a JKS trust store trusts, as DER (Java's rule: its trusted certificate entries and
+    the certificate of each private key entry). Without ``password`` the store's integrity digest is not
+    checked, as Java and Kafka load a trust store given no password. Raises TlsConfigError."""
+    try:
+        store = read_jks(data, None if password is None else str(password))
+    except JksPasswordError as e:
+        raise TlsConfigError(f"{what}: {e} (check {password_key})") from None
+    except JksError as e:
+        raise TlsConfigError(f"{what}: cannot read the JKS store: {e}") from None
+    certs = store.trusted_certificates()
+    if not certs:
+        raise TlsConfigError(f"{what}: the JKS store holds no certificate")
+    return certs
+
+
 def _key_store(settings: _Settings, context: ssl.SSLContext) -> bytes:
     """Load the listener's key store into ``context``; the DER of the certificate it serves."""
     location = settings["ssl.keystore.location"]
@@ -336,14 +412,21 @@ def _key_store(settings: _Settings, context: ssl.SSLContext) -> bytes:
     what = f"{settings.where('ssl.keystore.location')} {location}"
     if store_type == "PKCS12":
         pkcs12_module(what)  # before reading the file: the extra is the first thing to fix
-    elif store_type != "PEM":
-        raise TlsConfigError(f"{settings.where('ssl.keystore.type')} is {store_type}: minibroker reads PEM "
-                             "and PKCS12 key stores (keytool -importkeystore -deststoretype PKCS12 converts "
-                             "JKS)")
+    elif store_type not in ("PEM", "JKS"):
+        raise TlsConfigError(f"{settings.where('ssl.keystore.type')} is {store_type}: minibroker reads PEM, "
+                             "JKS and PKCS12 key stores")
     data = _read(settings, "ssl.keystore.location")
+    store_type = store_type_of(store_type, data, explicit=settings.is_set("ssl.keystore.type"))
+    if store_type == "PKCS12":
+        pkcs12_module(what)
     if store_type == "PEM":
         return load_pem_key_store(context, data, path=location, password=settings["ssl.key.password"],
                                   password_key=password_key, what=what)[0]
+    if store_type == "JKS":
+        return load_jks_key_store(context, data, store_password=settings["ssl.keystore.password"],
+                                  key_password=settings["ssl.key.password"],
+                                  store_password_key=settings.key("ssl.keystore.password"),
+                                  key_password_key=password_key, what=what)[0]
     from cryptography.hazmat.primitives.serialization import Encoding
 
     key, cert, extra = _load_pkcs12(settings, data, "ssl.keystore.password", what)
@@ -369,12 +452,18 @@ def _trusted_pem(settings: _Settings) -> str | None:
         what = f"{settings.where('ssl.truststore.location')} {location}"
         if store_type == "PKCS12":
             pkcs12_module(what)
-        elif store_type != "PEM":
+        elif store_type not in ("PEM", "JKS"):
             raise TlsConfigError(f"{settings.where('ssl.truststore.type')} is {store_type}: minibroker reads "
-                                 "PEM and PKCS12 trust stores")
+                                 "PEM, JKS and PKCS12 trust stores")
         data = _read(settings, "ssl.truststore.location")
+        store_type = store_type_of(store_type, data, explicit=settings.is_set("ssl.truststore.type"))
+        if store_type == "PKCS12":
+            pkcs12_module(what)
         if store_type == "PEM":
             certs = _pem_chain(data, what)
+        elif store_type == "JKS":
+            certs = jks_trusted_certificates(data, settings["ssl.truststore.password"],
+                                             settings.key("ssl.truststore.password"), what)
         else:
             from cryptography.hazmat.primitives.serialization import Encoding
 
