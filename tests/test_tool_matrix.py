@@ -1,0 +1,306 @@
+"""Every console tool against the ways a command goes wrong (issue 30): each ends within its ``--timeout``
+plus 1 s (plus the interpreter's start), with its documented exit code and one line on stderr, never a
+traceback (docs/tools.md, "The tool matrix").
+
+The cases, and which command each applies to:
+
+- ``dead-port``: a port nothing listens on (connection refused): exit 1, ``cannot reach HOST:PORT``;
+- ``tls-without-command-config``: a TLS-only listener, spoken to in plaintext: exit 1, a line pointing at
+  ``--command-config``;
+- ``silent``: a listener that accepts and never answers: exit 1 once ``--timeout`` has passed;
+- ``missing``: a topic, partition, group, transactional id or user that does not exist (for the offline
+  ``dump-log`` and ``explain``: a file or directory; for ``certs``: a ``--dir`` that cannot be created):
+  exit 1 with Kafka's error name or the path;
+- ``stdout-closed``: stdout a pipe whose reader has gone before the first write (``| head`` at its most
+  abrupt): exit 0, stderr empty;
+- ``sigint``: Ctrl-C while the command waits (on a silent listener; ``consume`` following a topic;
+  ``dump-log`` blocked reading a FIFO; ``explain --serve``): exit 130, no traceback.
+
+The network cases apply to the tools that talk to a broker: topics, produce, consume, groups,
+transactions, scram, healthcheck (healthcheck names nothing that could be missing). ``apis``,
+``dump-log``, ``explain`` and ``certs`` open no connection: ``apis`` reads nothing and waits for nothing
+(stdout-closed only), ``certs`` waits for nothing either (no sigint: it ends in well under a second).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from minibroker.testing import BrokerRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 3  # --timeout of every network command: a bound on a hang, not a speed target
+SILENT_TIMEOUT_S = 1  # --timeout against the silent listener, where the whole of it is waited for
+TOPIC, GROUP = "matrix", "matrix-group"
+
+NETWORK_TOOLS = ("topics", "produce", "consume", "groups", "transactions", "scram", "healthcheck")
+NETWORK_CASES = ("dead-port", "tls-without-command-config", "silent", "missing", "stdout-closed", "sigint")
+APPLIES = {tool: NETWORK_CASES for tool in NETWORK_TOOLS}
+APPLIES["healthcheck"] = tuple(c for c in NETWORK_CASES if c != "missing")
+APPLIES.update({"apis": ("stdout-closed",), "certs": ("missing", "stdout-closed"),
+                "dump-log": ("missing", "stdout-closed", "sigint"),
+                "explain": ("missing", "stdout-closed", "sigint")})
+MATRIX = [(tool, case) for tool, cases in APPLIES.items() for case in cases]
+
+# What each tool runs: against a broker, naming what does not exist ("missing"), and what prints output
+# (stdout-closed), with a stdin of one record for produce.
+MISSING = {
+    "topics": ["topics", "describe", "--topic", "no-such-topic"],
+    "produce": ["produce", "--topic", TOPIC, "--partition", "99"],
+    "consume": ["consume", "--topic", TOPIC, "--partition", "99", "--exit"],
+    "groups": ["groups", "describe", "--group", "no-such-group"],
+    "transactions": ["transactions", "describe", "--transactional-id", "no-such-id"],
+    "scram": ["scram", "--describe", "--entity-type", "users", "--entity-name", "no-such-user"],
+}
+MISSING_SAYS = {"topics": "UNKNOWN_TOPIC_OR_PARTITION", "produce": "UNKNOWN_TOPIC_OR_PARTITION",
+                "consume": "UNKNOWN_TOPIC_OR_PARTITION", "groups": "'no-such-group' does not exist",
+                "transactions": "TRANSACTIONAL_ID_NOT_FOUND", "scram": "RESOURCE_NOT_FOUND"}
+PRINTING = {
+    "topics": ["topics", "list"],
+    "produce": ["produce", "--topic", TOPIC],  # prints nothing: a closed stdout must not disturb it
+    "consume": ["consume", "--topic", TOPIC, "--from-beginning", "--exit"],
+    "groups": ["groups", "list"],
+    "transactions": ["transactions", "list"],
+    "scram": ["scram", "--describe"],
+    "healthcheck": ["healthcheck"],
+}
+# consume's summary: Kafka's console consumer prints it however the command ends (docs/tools.md).
+SUMMARY_PREFIX = "Processed a total of "
+
+
+def cli_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "MINIBROKER_"))}
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "minibroker", *args]
+
+
+def sigint_by_default() -> None:
+    """In the child: SIGINT as a terminal delivers it, even when this suite runs in the background of a
+    non-interactive shell (which starts its children with SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture(scope="module")
+def interpreter_start() -> float:
+    """Seconds to start Python and import the CLI, measured once: added to every bound below."""
+    started = time.monotonic()
+    subprocess.run(command("--version"), capture_output=True, check=True, env=cli_env(), timeout=60)
+    return time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def plain():
+    """A plaintext broker with a topic of three records and a group with committed offsets."""
+    with BrokerRunner() as broker:
+        broker.create_topic(TOPIC)
+        broker.produce(TOPIC, [b"one", b"two", b"three"])
+        subprocess.run(command("consume", "--bootstrap-server", broker.bootstrap_servers, "--topic", TOPIC,
+                               "--group", GROUP, "--from-beginning", "--exit"),
+                       capture_output=True, check=True, env=cli_env(), timeout=60)
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def tls():
+    with BrokerRunner(security_protocol="SSL") as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def dead_port():
+    with socket.socket() as sock:  # bound, never listening: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def silent():
+    """A listener that accepts connections and never answers; ``accept()`` tells when a client is in."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock
+
+
+def address(sock: socket.socket) -> str:
+    return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def error_lines(stderr: bytes, tool: str) -> list[str]:
+    text = stderr.decode()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    lines = text.splitlines()
+    return [line for line in lines if not (tool == "consume" and line.startswith(SUMMARY_PREFIX))]
+
+
+def run(argv: list[str], bound: float, stdin: bytes = b"",
+        stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, input=stdin, stdout=stdout, stderr=subprocess.PIPE, env=cli_env(),
+                              cwd=ROOT, timeout=bound)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(argv[2:])} still ran after {bound:.1f} s")
+
+
+def stdin_for(tool: str) -> bytes:
+    return b"x\n" if tool == "produce" else b""
+
+
+def network_case(tool, case, plain, tls, dead_port, bound):
+    argv = MISSING.get(tool, PRINTING[tool])
+    target = {"dead-port": dead_port, "tls-without-command-config": tls.bootstrap_servers,
+              "missing": plain.bootstrap_servers}[case]
+    r = run(command(*argv, "--bootstrap-server", target, "--timeout", str(TIMEOUT_S)), bound, stdin_for(tool))
+    lines = error_lines(r.stderr, tool)
+    assert r.returncode == 1 and len(lines) == 1, (r.returncode, lines)
+    expected = {"dead-port": f"cannot reach {dead_port}", "tls-without-command-config": "--command-config",
+                "missing": MISSING_SAYS.get(tool)}[case]
+    assert expected in lines[0], lines[0]
+
+
+def stdout_closed(argv: list[str], bound: float, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """Run with a stdout whose reader is gone before the command starts: every write meets EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return run(argv, bound, stdin, stdout=write_end)
+    finally:
+        os.close(write_end)
+
+
+@contextlib.contextmanager
+def started(argv: list[str], **kw):
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=cli_env(), cwd=ROOT, preexec_fn=sigint_by_default, **kw)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def interrupt(proc: subprocess.Popen, tool: str, bound: float) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=bound)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{tool} still ran {bound:.1f} s after SIGINT")
+    error_lines(err, tool)
+    lines = err.decode().splitlines()  # consume's one line is its summary, the others' "interrupted"
+    assert proc.returncode == 130, (proc.returncode, lines)
+    said = SUMMARY_PREFIX if tool == "consume" else f"minibroker {tool}: interrupted"
+    assert len(lines) == 1 and lines[0].startswith(said), lines
+
+
+def wait_for(ready, what: str, deadline_s: float = 30) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not ready():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not ready after {deadline_s} s: {what}")
+        time.sleep(0.02)
+
+
+def segment_dir(broker: BrokerRunner) -> Path:
+    return Path(broker.data_dir) / f"{TOPIC}-0"
+
+
+@pytest.mark.parametrize(("tool", "case"), MATRIX, ids=[f"{t}-{c}" for t, c in MATRIX])
+def test_matrix(tool, case, plain, tls, dead_port, silent, interpreter_start, tmp_path):
+    bound = TIMEOUT_S + 1 + interpreter_start
+    if tool in NETWORK_TOOLS and case in ("dead-port", "tls-without-command-config", "missing"):
+        network_case(tool, case, plain, tls, dead_port, bound)
+    elif case == "silent":
+        argv = MISSING.get(tool, PRINTING[tool])
+        r = run(command(*argv, "--bootstrap-server", address(silent), "--timeout", str(SILENT_TIMEOUT_S)),
+                SILENT_TIMEOUT_S + 1 + interpreter_start, stdin_for(tool))
+        lines = error_lines(r.stderr, tool)
+        assert r.returncode == 1 and len(lines) == 1, (r.returncode, lines)
+        assert f"no answer within --timeout {SILENT_TIMEOUT_S} s" in lines[0], lines[0]
+    elif case == "missing":
+        offline_missing(tool, tmp_path, bound)
+    elif case == "stdout-closed":
+        argv = {"apis": ["apis"], "certs": ["certs", "--dir", str(tmp_path / "certs")],
+                "dump-log": ["dump-log", "--print-data-log", str(segment_dir(plain) / f"{0:020d}.log")],
+                "explain": ["explain", "-o", "-", str(segment_dir(plain))]}.get(tool)
+        if argv is None:
+            argv = [*PRINTING[tool], "--bootstrap-server", plain.bootstrap_servers,
+                    "--timeout", str(TIMEOUT_S)]
+        r = stdout_closed(command(*argv), bound, stdin_for(tool))
+        assert r.returncode == 0 and error_lines(r.stderr, tool) == [], (r.returncode, r.stderr.decode())
+    else:
+        sigint(tool, plain, silent, tmp_path, bound)
+
+
+def offline_missing(tool: str, tmp_path: Path, bound: float) -> None:
+    absent = tmp_path / "absent"
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    argv, says = {"dump-log": (["dump-log", str(absent / f"{0:020d}.log")], str(absent)),
+                  "explain": (["explain", str(absent)], str(absent)),
+                  "certs": (["certs", "--dir", str(a_file / "certs")], str(a_file))}[tool]
+    r = run(command(*argv), bound)
+    lines = error_lines(r.stderr, tool)
+    assert r.returncode == 1 and len(lines) == 1, (r.returncode, lines)
+    assert says in lines[0], lines[0]
+
+
+def sigint(tool: str, plain: BrokerRunner, silent: socket.socket, tmp_path: Path, bound: float) -> None:
+    if tool == "consume":  # following the topic: ready once the records so far are printed
+        argv = command("consume", "--bootstrap-server", plain.bootstrap_servers, "--topic", TOPIC,
+                       "--from-beginning", "--timeout", str(TIMEOUT_S))
+        with started(argv) as proc:
+            for _ in range(3):
+                assert proc.stdout.readline(), "consume ended before printing the records"
+            interrupt(proc, tool, bound)
+    elif tool == "dump-log":  # blocked reading a FIFO: ready once it has the FIFO open
+        fifo = tmp_path / f"{0:020d}.log"
+        os.mkfifo(fifo)
+        with started(command("dump-log", str(fifo))) as proc:
+            writer: list[int] = []
+
+            def opened() -> bool:
+                try:  # a FIFO opens for writing without blocking only once a reader has it open
+                    writer.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError:
+                    return proc.poll() is not None
+                return True
+
+            wait_for(opened, "dump-log opening the FIFO")
+            try:
+                interrupt(proc, tool, bound)
+            finally:
+                for fd in writer:
+                    os.close(fd)
+    elif tool == "explain":  # serving: ready once it prints its address
+        with started(command("explain", "--serve", str(plain.data_dir))) as proc:
+            assert b"serving" in proc.stdout.readline()
+            interrupt(proc, tool, bound)
+    else:  # waiting for a silent broker's answer: ready once it has connected
+        argv = command(*MISSING.get(tool, PRINTING[tool]), "--bootstrap-server", address(silent),
+                       "--timeout", "60")
+        with started(argv) as proc:
+            silent.settimeout(30)
+            conn, _ = silent.accept()
+            with conn:
+                time.sleep(0.1)  # the request is on its way: the command waits for the answer
+                interrupt(proc, tool, bound)
+
+
+def test_matrix_covers_every_subcommand():
+    from minibroker.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    assert set(commands) - {"serve"} == set(APPLIES)
