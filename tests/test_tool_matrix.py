@@ -49,7 +49,9 @@ APPLIES["healthcheck"] = tuple(c for c in NETWORK_CASES if c != "missing")
 APPLIES.update({"apis": ("stdout-closed",), "certs": ("missing", "stdout-closed"),
                 "dump-log": ("missing", "stdout-closed", "sigint"),
                 "explain": ("missing", "stdout-closed", "sigint")})
-MATRIX = [(tool, case) for tool, cases in APPLIES.items() for case in cases]
+# the silent cases wait out their whole --timeout: slow, as a timeout that must pass is (docs/testing.md)
+MATRIX = [pytest.param(tool, case, id=f"{tool}-{case}", marks=[pytest.mark.slow] if case == "silent" else [])
+          for tool, cases in APPLIES.items() for case in cases]
 
 # What each tool runs: against a broker, naming what does not exist ("missing"), and what prints output
 # (stdout-closed), with a stdin of one record for produce.
@@ -216,7 +218,7 @@ def segment_dir(broker: BrokerRunner) -> Path:
     return Path(broker.data_dir) / f"{TOPIC}-0"
 
 
-@pytest.mark.parametrize(("tool", "case"), MATRIX, ids=[f"{t}-{c}" for t, c in MATRIX])
+@pytest.mark.parametrize(("tool", "case"), MATRIX)
 def test_matrix(tool, case, plain, tls, dead_port, silent, interpreter_start, tmp_path):
     bound = TIMEOUT_S + 1 + interpreter_start
     if tool in NETWORK_TOOLS and case in ("dead-port", "tls-without-command-config", "missing"):
@@ -294,7 +296,8 @@ def sigint(tool: str, plain: BrokerRunner, silent: socket.socket, tmp_path: Path
             silent.settimeout(30)
             conn, _ = silent.accept()
             with conn:
-                time.sleep(0.1)  # the request is on its way: the command waits for the answer
+                conn.settimeout(30)
+                assert conn.recv(4), "no request came"  # sent: the command now waits for the answer
                 interrupt(proc, tool, bound)
 
 
@@ -304,3 +307,48 @@ def test_matrix_covers_every_subcommand():
     parser = build_parser()
     commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
     assert set(commands) - {"serve"} == set(APPLIES)
+
+
+# -- interactive produce: a ">" prompt on a terminal, as kafka-console-producer.sh ------------------
+
+def read_until(fd: int, wanted: bytes, deadline_s: float = 30) -> bytes:
+    """What the terminal shows until ``wanted`` appears (the line discipline echoes the typing too)."""
+    import select
+
+    seen = b""
+    deadline = time.monotonic() + deadline_s
+    while wanted not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            pytest.fail(f"no {wanted!r} on the terminal after {deadline_s} s: {seen!r}")
+        try:
+            seen += os.read(fd, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            pytest.fail(f"the terminal closed before {wanted!r}: {seen!r}")
+    return seen
+
+
+def test_produce_prompts_on_a_terminal_and_not_on_a_pipe(plain, topic_name):
+    import pty
+
+    plain.create_topic(topic_name)
+    controller, terminal = pty.openpty()
+    argv = command("produce", "--bootstrap-server", plain.bootstrap_servers, "--topic", topic_name)
+    proc = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=subprocess.PIPE, env=cli_env(),
+                            cwd=ROOT)
+    os.close(terminal)
+    try:
+        assert read_until(controller, b">").endswith(b">")  # before the first line
+        os.write(controller, b"typed\n")
+        assert read_until(controller, b">").endswith(b">")  # after it was sent: the next one
+        assert [r.value for r in plain.consume(topic_name, 1)] == [b"typed"]
+        os.write(controller, b"\x04")  # Ctrl-D: end of input
+        assert proc.wait(timeout=TIMEOUT_S + 30) == 0, proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+        os.close(controller)
+    piped = run(argv, 60, stdin=b"piped\n")
+    assert piped.returncode == 0 and piped.stdout == b"", piped.stdout  # no prompt into a pipe
