@@ -103,12 +103,17 @@ def interpreter_start() -> float:
 
 @pytest.fixture(scope="module")
 def plain():
-    """A plaintext broker with a topic of three records and a group with committed offsets."""
+    """A plaintext broker with a topic of three records, a group with committed offsets and a SCRAM user
+    (so that every listing has a line to print)."""
     with BrokerRunner() as broker:
         broker.create_topic(TOPIC)
         broker.produce(TOPIC, [b"one", b"two", b"three"])
         subprocess.run(command("consume", "--bootstrap-server", broker.bootstrap_servers, "--topic", TOPIC,
                                "--group", GROUP, "--from-beginning", "--exit"),
+                       capture_output=True, check=True, env=cli_env(), timeout=60)
+        subprocess.run(command("scram", "--bootstrap-server", broker.bootstrap_servers, "--alter",
+                               "--entity-type", "users", "--entity-name", "matrix-user",
+                               "--add-config", "SCRAM-SHA-256=[password=matrix-secret]"),
                        capture_output=True, check=True, env=cli_env(), timeout=60)
         yield broker
 
@@ -233,12 +238,14 @@ def test_matrix(tool, case, plain, tls, dead_port, silent, interpreter_start, tm
     elif case == "missing":
         offline_missing(tool, tmp_path, bound)
     elif case == "stdout-closed":
-        argv = {"apis": ["apis"], "certs": ["certs", "--dir", str(tmp_path / "certs")],
+        argv = {"apis": ["apis"], "certs": ["certs", "--dir", str(tmp_path / "certs"), "--force"],
                 "dump-log": ["dump-log", "--print-data-log", str(segment_dir(plain) / f"{0:020d}.log")],
                 "explain": ["explain", "-o", "-", str(segment_dir(plain))]}.get(tool)
         if argv is None:
             argv = [*PRINTING[tool], "--bootstrap-server", plain.bootstrap_servers,
                     "--timeout", str(TIMEOUT_S)]
+        if tool != "produce":  # which prints nothing: the others have output for the closed pipe to refuse
+            assert run(command(*argv), bound, stdin_for(tool)).stdout, f"{tool} printed nothing to refuse"
         r = stdout_closed(command(*argv), bound, stdin_for(tool))
         assert r.returncode == 0 and error_lines(r.stderr, tool) == [], (r.returncode, r.stderr.decode())
     else:
@@ -352,3 +359,4 @@ def test_produce_prompts_on_a_terminal_and_not_on_a_pipe(plain, topic_name):
         os.close(controller)
     piped = run(argv, 60, stdin=b"piped\n")
     assert piped.returncode == 0 and piped.stdout == b"", piped.stdout  # no prompt into a pipe
+
