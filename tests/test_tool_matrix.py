@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 3  # --timeout of every network command: a bound on a hang, not a speed target
 SILENT_TIMEOUT_S = 1  # --timeout against the silent listener, where the whole of it is waited for
 TOPIC, GROUP = "matrix", "matrix-group"
+BIG_TOPIC = "matrix-big"  # more output than a pipe buffers (64 KiB): a writer meets the closed pipe mid-way
 
 NETWORK_TOOLS = ("topics", "produce", "consume", "groups", "transactions", "scram", "healthcheck")
 NETWORK_CASES = ("dead-port", "tls-without-command-config", "silent", "missing", "stdout-closed", "sigint")
@@ -103,11 +104,13 @@ def interpreter_start() -> float:
 
 @pytest.fixture(scope="module")
 def plain():
-    """A plaintext broker with a topic of three records, a group with committed offsets and a SCRAM user
-    (so that every listing has a line to print)."""
+    """A plaintext broker with a topic of three records, one of 300 KiB, a group with committed offsets
+    and a SCRAM user (so that every listing has a line to print)."""
     with BrokerRunner() as broker:
         broker.create_topic(TOPIC)
         broker.produce(TOPIC, [b"one", b"two", b"three"])
+        broker.create_topic(BIG_TOPIC)
+        broker.produce(BIG_TOPIC, [b"%06d " % i + b"x" * 100 for i in range(3000)])
         subprocess.run(command("consume", "--bootstrap-server", broker.bootstrap_servers, "--topic", TOPIC,
                                "--group", GROUP, "--from-beginning", "--exit"),
                        capture_output=True, check=True, env=cli_env(), timeout=60)
@@ -314,6 +317,26 @@ def test_matrix_covers_every_subcommand():
     parser = build_parser()
     commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
     assert set(commands) - {"serve"} == set(APPLIES)
+
+
+@pytest.mark.parametrize("tool", ["consume", "dump-log"])
+def test_a_reader_that_leaves_after_the_first_line(tool, plain, interpreter_start):
+    """``| head -1``: the first lines go through, the rest meets the closed pipe: exit 0, nothing but
+    consume's summary on stderr."""
+    argv = {"consume": ["consume", "--bootstrap-server", plain.bootstrap_servers, "--topic", BIG_TOPIC,
+                        "--from-beginning", "--exit", "--timeout", str(TIMEOUT_S)],
+            "dump-log": ["dump-log", "--print-data-log",
+                         str(Path(plain.data_dir) / f"{BIG_TOPIC}-0" / f"{0:020d}.log")]}[tool]
+    with started(command(*argv)) as proc:
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        try:
+            proc.wait(timeout=TIMEOUT_S + 1 + interpreter_start)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{tool} still ran after its reader left")
+        err = proc.stderr.read()
+    assert first
+    assert proc.returncode == 0 and error_lines(err, tool) == [], (proc.returncode, err.decode())
 
 
 # -- interactive produce: a ">" prompt on a terminal, as kafka-console-producer.sh ------------------
