@@ -319,6 +319,38 @@ def test_matrix_covers_every_subcommand():
     assert set(commands) - {"serve"} == set(APPLIES)
 
 
+# The other actions of the admin tools, each naming something missing: one line with what Kafka says.
+MISSING_IN_OTHER_ACTIONS = [
+    (["topics", "delete", "--topic", "no-such-topic"], "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["topics", "alter", "--topic", "no-such-topic", "--partitions", "3"], "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["topics", "alter-config", "--topic", "no-such-topic", "--add-config", "retention.ms=1"],
+     "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["topics", "create", "--topic", TOPIC], "TOPIC_ALREADY_EXISTS"),
+    (["groups", "delete", "--group", "no-such-group"], "GROUP_ID_NOT_FOUND"),
+    (["groups", "reset-offsets", "--group", GROUP, "--topic", "no-such-topic", "--to-earliest", "--execute"],
+     "topic no-such-topic does not exist"),
+    (["transactions", "describe-producers", "--topic", TOPIC, "--partition", "9"],
+     "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["transactions", "abort", "--topic", TOPIC, "--partition", "9", "--start-offset", "0"],
+     "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["transactions", "find-hanging", "--topic", "no-such-topic", "--partition", "0"],
+     "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["consume", "--topic", "no-such-topic", "--group", "matrix-missing", "--exit"],
+     "UNKNOWN_TOPIC_OR_PARTITION"),
+    (["scram", "--alter", "--entity-type", "users", "--entity-name", "no-such-user",
+      "--delete-config", "SCRAM-SHA-256"], "RESOURCE_NOT_FOUND"),
+]
+
+
+@pytest.mark.parametrize(("argv", "says"), MISSING_IN_OTHER_ACTIONS, ids=[" ".join(a[:2]) for a, _ in
+                                                                          MISSING_IN_OTHER_ACTIONS])
+def test_other_actions_name_what_is_missing(argv, says, plain, interpreter_start):
+    r = run(command(*argv, "--bootstrap-server", plain.bootstrap_servers, "--timeout", str(TIMEOUT_S)),
+            TIMEOUT_S + 1 + interpreter_start)
+    lines = error_lines(r.stderr, argv[0])
+    assert r.returncode == 1 and len(lines) == 1 and says in lines[0], (r.returncode, lines)
+
+
 @pytest.mark.parametrize("tool", ["consume", "dump-log"])
 def test_a_reader_that_leaves_after_the_first_line(tool, plain, interpreter_start):
     """``| head -1``: the first lines go through, the rest meets the closed pipe: exit 0, nothing but
