@@ -415,3 +415,36 @@ def test_produce_prompts_on_a_terminal_and_not_on_a_pipe(plain, topic_name):
     piped = run(argv, 60, stdin=b"piped\n")
     assert piped.returncode == 0 and piped.stdout == b"", piped.stdout  # no prompt into a pipe
 
+
+
+# -- an unguarded write to a closed stdout is not a broker's broken pipe ------------------------------
+
+@pytest.mark.parametrize("reader_gone", [True, False])
+def test_a_broken_pipe_is_stdouts_only_when_its_reader_has_gone(monkeypatch, capsys, reader_gone):
+    """A tool that prints to ``sys.stdout`` itself (not through ``stdout_text()``) and meets a closed
+    pipe ends quietly; the same ``BrokenPipeError`` with stdout's reader still there is the broker's."""
+    import argparse
+
+    from minibroker.tools.command import OutputClosed, run_tool
+
+    read_end, write_end = os.pipe()
+    stdout = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    if reader_gone:
+        os.close(read_end)
+    args = argparse.Namespace(command_config=None, timeout=1.0, bootstrap_server="127.0.0.1:1")
+
+    def work(security, deadline):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    try:
+        if reader_gone:
+            with pytest.raises(OutputClosed):
+                run_tool("matrix", args, work)
+        else:
+            assert run_tool("matrix", args, work) == 1
+            assert capsys.readouterr().err == "minibroker matrix: cannot reach 127.0.0.1:1: Broken pipe\n"
+    finally:
+        stdout.close()
+        if not reader_gone:
+            os.close(read_end)
