@@ -11,7 +11,8 @@
 - exiting (``EXIT_*``): 0 done, 1 an error (the broker's answer, an unreachable broker, a timeout), 2 a usage
   error (options, an unusable ``--command-config``), 130 interrupted (Ctrl-C);
 - a closed stdout (``| head``) ends the command quietly with 0, as ``head`` expects (``OutputClosed``,
-  handled in ``minibroker.cli.main``).
+  handled in ``minibroker.cli.main``); a ``BrokenPipeError`` that reaches ``run_tool`` is stdout's when
+  polling stdout finds its reader gone, else a broker connection's.
 """
 
 from __future__ import annotations
@@ -77,6 +78,19 @@ def silence_closed_stdout() -> None:
     os.close(devnull)
 
 
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (poll reports an error on it): tells a
+    ``BrokenPipeError`` of an unguarded write to stdout from one of a broker's connection."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # no events asked: errors and hang-ups are always reported
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # a test's in-memory stdout; no poll on this platform
+        return False
+
+
 def report(tool: str, text: str) -> None:
     print(f"minibroker {tool}: {text}", file=sys.stderr)
 
@@ -101,6 +115,8 @@ def run_tool(tool: str, args, work, check_usage=None) -> int:
         security = read_client_config(args.command_config)
         return work(security, Deadline(args.timeout))
     except (ClientConfigError, UsageError, ToolError, OSError) as e:
+        if isinstance(e, BrokenPipeError) and stdout_reader_gone():
+            raise OutputClosed from None  # a write to stdout that no GuardedOutput wrapped
         return failure_exit(tool, args, e)
 
 

@@ -1416,11 +1416,13 @@ def _serve(args) -> int:
     try:
         while True:
             time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # its way to stop, reported as every tool reports Ctrl-C (tools/command.py)
+        from minibroker.tools.command import EXIT_INTERRUPTED
+
+        print("minibroker explain: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         server.close()
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

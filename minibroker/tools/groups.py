@@ -178,8 +178,7 @@ def _describe(admin: GroupAdmin, args, out) -> int:
     owners = {(topic, p): m for m in members for topic, partitions in m["assigned"] for p in partitions}
     tps = sorted(set(committed) | set(owners))
     if state == "Dead" and not tps:
-        print(f"Consumer group '{args.group}' does not exist.", file=out)
-        return 1
+        raise ToolError(f"Consumer group '{args.group}' does not exist.")  # stderr, as Kafka's tool
     if not members:
         print(f"Consumer group '{args.group}' has no active members.", file=out)
     ends = admin.list_offsets(tps, LATEST) if tps else {}

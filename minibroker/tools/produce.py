@@ -22,7 +22,7 @@ import argparse
 import sys
 
 from minibroker.records.codecs import Compression
-from minibroker.tools.command import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, report, run_tool
+from minibroker.tools.command import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, report, run_tool, stdout_text
 
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 # --producer-property keys (Kafka's names; kafka-python's spelling with underscores is read too)
@@ -176,6 +176,26 @@ def run(args, stdin=None) -> int:
     return code
 
 
+def _prompt_for(stdin):
+    """What to call before each read: print ``>`` when a person types the input (stdin and stdout
+    terminals, where Kafka's console producer prompts too), nothing for a pipe or a file."""
+    def interactive(stream) -> bool:
+        try:
+            return stream.isatty()
+        except (AttributeError, ValueError):  # a test's in-memory stream, a closed one
+            return False
+
+    if not (interactive(stdin) and interactive(sys.stdout)):
+        return lambda: None
+    out = stdout_text()
+
+    def prompt() -> None:
+        out.write(">")
+        out.flush()
+
+    return prompt
+
+
 def _produce_input(args, producer, stdin, headers, tally: Tally) -> int:
     separator = args.key_separator.encode() if args.key_separator is not None else None
     interrupted = False
@@ -207,8 +227,10 @@ def _produce_input(args, producer, stdin, headers, tally: Tally) -> int:
         pending.append((key, value, headers))
 
     read = getattr(stdin, "read1", stdin.read)
+    prompt = _prompt_for(stdin)
     try:
         while True:
+            prompt()
             chunk = read(READ_BYTES)
             if not chunk:
                 break

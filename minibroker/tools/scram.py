@@ -177,7 +177,9 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 
 
 def run(args, out=None) -> int:
-    out = out or sys.stdout
+    from minibroker.tools.command import stdout_text
+
+    out = out or stdout_text()  # a closed stdout ends quietly, not as an unreachable broker
     try:
         adds = parse_add_config(args.add_config) if args.add_config else {}
         deletes = parse_delete_config(args.delete_config) if args.delete_config else []
