@@ -10,7 +10,9 @@ Owner: the event loop thread. ``start_retention`` runs one background task that 
 ``flush.ms``, fsyncs sealed segments in a worker thread, applies retention every
 ``log.retention.check.interval.ms`` and writes checkpoints every
 ``log.flush.offset.checkpoint.interval.ms``; it also starts the ``LogCleaner`` (storage/cleaner.py) of
-compacted logs, which keeps ``cleaner-offset-checkpoint`` at each log dir root.
+compacted logs, which keeps ``cleaner-offset-checkpoint`` at each log dir root. The cleaner is made when
+the first compacted topic exists (at load, creation or a config change), so a broker without one never
+imports it.
 
 Several log dirs (JBOD): each locked, with its own ``meta.properties`` (one cluster and node id, else
 start-up is refused) and checkpoints; a new partition goes to the online dir holding the fewest; a
@@ -30,7 +32,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
@@ -97,7 +99,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
         self._task: asyncio.Task | None = None
-        self.cleaner = None  # LogCleaner, made by load(), run by start_retention()
+        self.cleaner = None  # LogCleaner, made with the first compacted topic, run by start_retention()
         self._loaded = False
         self._locks: list[LogDirLock] = []
         self.had_clean_shutdown = False
@@ -245,9 +247,7 @@ class LogManager:
                 except OSError as exc:
                     self.dir_failed(d, exc, "removing the clean-shutdown marker")
         self._loaded = True
-        from minibroker.storage.cleaner import LogCleaner  # imports partition_log, as this module does
-
-        self.cleaner = LogCleaner(self, self.config, clock=self._clock)
+        self.start_cleaner_if_compacted()
         log.info(
             "loaded %d partitions of %d topics from %s in %.3f s (%s shutdown)",
             len(self._logs),
@@ -675,6 +675,21 @@ class LogManager:
         for callback in listeners:
             plog.add_append_listener(callback)
 
+    def start_cleaner_if_compacted(self, topics: Iterable[str] | None = None) -> None:
+        """Make the log cleaner (and run it, if the upkeep runs) once one of ``topics`` (default: all)
+        is compacted; the topic changes that can make one call this."""
+        if self.cleaner is not None or not self._loaded:
+            return
+        if not any("compact" in str(self.effective_config(t).get("cleanup.policy", ""))
+                   for t in (self._topics if topics is None else topics)):
+            return
+        from minibroker.storage.cleaner import LogCleaner  # imports partition_log, as this module does
+
+        self.cleaner = LogCleaner(self, self.config, clock=self._clock)
+        log.debug("log cleaner made: a compacted topic exists")
+        if self._task is not None:
+            self.cleaner.start()  # log.cleaner.enable=false: not started
+
     def default_topic_config(self) -> dict[str, Any]:
         return effective_topic_config(self.config)
 
@@ -727,6 +742,7 @@ class LogManager:
             self._try_write_topics_file()
             raise
         self.write_checkpoints()
+        self.start_cleaner_if_compacted([name])
         return info
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
@@ -797,6 +813,7 @@ class LogManager:
         effective = self.effective_config(name)
         for partition in range(info.partitions):
             self._logs[(name, partition)].update_config(effective)
+        self.start_cleaner_if_compacted([name])
         return info
 
     def _topic(self, name: str) -> TopicInfo:
