@@ -178,7 +178,7 @@ def cmd_healthcheck(args) -> int:
     return 0
 
 
-def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
+def build_parser(console_tools: bool = True, client_config: bool = True) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="minibroker", description="A single-node Kafka-compatible broker.")
     sub = ap.add_subparsers(dest="command", required=True)
 
@@ -211,12 +211,13 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
     health.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     health.add_argument("--timeout", type=float, default=2.0)
     health.add_argument("--quiet", action="store_true")
-    from minibroker.tools.client_config import add_command_config_argument
-
-    add_command_config_argument(health)
     health.set_defaults(func=cmd_healthcheck)
 
-    if console_tools:  # ``serve`` skips them: their modules are startup time spent for nothing
+    if client_config:  # ``serve`` goes without the client config module: start-up spent for nothing
+        from minibroker.tools.client_config import add_command_config_argument
+
+        add_command_config_argument(health)
+    if console_tools:  # ``serve`` and ``healthcheck`` skip them, for the same reason
         add_console_tools(sub)
     return ap
 
@@ -241,7 +242,9 @@ def add_console_tools(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(console_tools=not (argv and argv[0] in ("serve", "healthcheck"))).parse_args(argv)
+    command = argv[0] if argv else None
+    args = build_parser(console_tools=command not in ("serve", "healthcheck"),
+                        client_config=command != "serve").parse_args(argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C where a tool has no handling of its own: no traceback

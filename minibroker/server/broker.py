@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 from minibroker.server.connection import KafkaConnection
 from minibroker.server.metrics import Metrics, StartupProgress
-from minibroker.server.metrics_http import start_metrics_http
 from minibroker.server.sockets import Listener, SocketServer, listen_socket
 
 log = logging.getLogger("minibroker.broker")
@@ -48,10 +47,9 @@ class Broker:
         self.metrics = Metrics()
         self.connections: set[KafkaConnection] = set()
         self.logs = None  # LogManager, set in start()
-        self.replicas = None  # ReplicaManager: appends, reads, producer state
-        self.fetch_sessions = None
-        # Built on first use by __getattr__ (minibroker/services/__init__.py, LAZY_SERVICES): groups
-        # (the group coordinator), transactions, producer_ids, share_state, share_partitions,
+        # Built on first use by __getattr__ (minibroker/services/__init__.py, LAZY_SERVICES): replicas
+        # (the ReplicaManager: appends, reads, producer state), fetch_sessions, groups (the group
+        # coordinator), transactions, producer_ids, share_state, share_partitions,
         # share_sessions (KIP-932), client_quotas, authorizer (None unless authorizer.class.name is
         # set), scram_credentials, sasl_listeners.
         self.bound: list[Endpoint] = []
@@ -139,6 +137,8 @@ class Broker:
             self.advertised = self._advertised_endpoints()
             if metrics_sock is not None:
                 sock, metrics_sock = metrics_sock, None
+                from minibroker.server.metrics_http import start_metrics_http  # only with metrics.port
+
                 self.metrics_http = await start_metrics_http(self, metrics_host, sock)
         except BaseException:
             for sock in [s for _, _, s in listening] + [metrics_sock]:
@@ -327,7 +327,7 @@ class Broker:
             self.socket_server.release(conn)
         if self._all_closed is not None and not self.connections:
             self._all_closed.set()
-        if self.fetch_sessions is not None:
+        if self.loaded("fetch_sessions"):
             self.fetch_sessions.connection_closed(conn)
         if self.loaded("share_sessions"):  # its sessions end and their members' records are released
             self.share_sessions.connection_closed(conn)

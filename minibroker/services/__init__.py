@@ -29,6 +29,20 @@ def _client_quotas(broker):
     return quotas
 
 
+def _replicas(broker):
+    from minibroker.services.replica_manager import ReplicaManager
+
+    replicas = ReplicaManager(broker)
+    broker.on_close(replicas.write_snapshots)
+    return replicas
+
+
+def _fetch_sessions(broker):
+    from minibroker.services.fetch_sessions import FetchSessionCache
+
+    return FetchSessionCache(broker.config["max.incremental.fetch.session.cache.slots"])
+
+
 def _scram_credentials(broker):
     from minibroker.security.scram_credentials import ScramCredentialStore
 
@@ -97,6 +111,8 @@ def _share_sessions(broker):
 
 # attribute of the broker -> the function that builds it (each reads the others it needs as attributes)
 LAZY_SERVICES = {
+    "replicas": _replicas,
+    "fetch_sessions": _fetch_sessions,
     "authorizer": _authorizer,
     "client_quotas": _client_quotas,
     "scram_credentials": _scram_credentials,
@@ -120,17 +136,11 @@ _OWNERS_OF_TOPICS = {
 
 
 def start_services(broker) -> None:
-    """Create what every request may need (the replica manager, fetch sessions, the authorizer, client
-    quotas), then the lazy services whose state is on disk or whose listener is configured."""
-    from minibroker.services.fetch_sessions import FetchSessionCache
-    from minibroker.services.replica_manager import ReplicaManager
-
+    """Create what every request may need (the authorizer, client quotas), then the lazy services whose
+    state is on disk or whose listener is configured."""
     # with authorizer.class.name set, ACLs load before the first request; quotas are read by every
     # answer (request quotas) and every accept
     ensure(broker, "authorizer", "client_quotas")
-    broker.replicas = ReplicaManager(broker)
-    broker.on_close(broker.replicas.write_snapshots)
-    broker.fetch_sessions = FetchSessionCache(broker.config["max.incremental.fetch.session.cache.slots"])
     protocols = broker.config.security_protocol_map()
     if any(protocols.get(name, "").startswith("SASL_") for name, _, _ in broker.config.listener_endpoints()):
         ensure(broker, "sasl_listeners")  # a bad SASL setting fails start-up, not the first login
