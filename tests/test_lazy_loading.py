@@ -256,3 +256,11 @@ def test_a_sasl_listener_loads_sasl_at_start_up(child):
     assert {"sasl_listeners", "scram_credentials"} <= set(probe["services"])
     assert _loaded(probe, "minibroker.security.sasl.authenticator")
     assert _loaded(probe, "minibroker.security.tls") == []  # no TLS listener
+
+
+def test_start_up_looks_for_the_scram_credentials_file_by_its_real_name():
+    """start_services names the file without importing its module (a damaged one must stop start-up)."""
+    from minibroker.security.scram_credentials import CREDENTIALS_FILE
+    from minibroker.services import SCRAM_CREDENTIALS_FILE
+
+    assert SCRAM_CREDENTIALS_FILE == CREDENTIALS_FILE

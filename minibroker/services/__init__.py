@@ -125,6 +125,8 @@ LAZY_SERVICES = {
     "share_sessions": _share_sessions,
 }
 
+SCRAM_CREDENTIALS_FILE = "minibroker-scram-credentials.json"  # security/scram_credentials.py's
+
 # internal topic -> the service that owns it: built at start when the topic exists, so its state
 # (open transactions to time out, groups' offsets and their retention, share partitions' state) is
 # replayed as it was before lazy loading
@@ -144,6 +146,8 @@ def start_services(broker) -> None:
     protocols = broker.config.security_protocol_map()
     if any(protocols.get(name, "").startswith("SASL_") for name, _, _ in broker.config.listener_endpoints()):
         ensure(broker, "sasl_listeners")  # a bad SASL setting fails start-up, not the first login
+    if os.path.exists(os.path.join(broker.config.data_dir, SCRAM_CREDENTIALS_FILE)):
+        ensure(broker, "scram_credentials")  # a damaged file stops start-up, naming it
     topics = broker.logs.topics
     ensure(broker, *(service for topic, service in _OWNERS_OF_TOPICS.items() if topic in topics))
 

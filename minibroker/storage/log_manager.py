@@ -33,14 +33,16 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import checkpoints as ckpt
 from minibroker.storage import log_dir_move as mv
 from minibroker.storage.dir_lock import LogDirLock
-from minibroker.storage.partition_log import PartitionLog
 from minibroker.storage.topic_config import broker_setting, effective_topic_config
+
+if TYPE_CHECKING:  # imported with the first partition (_partition_log): a broker with none never needs it
+    from minibroker.storage.partition_log import PartitionLog
 
 __all__ = ["LogDirConflictError", "LogManager", "TopicInfo", "TOPICS_FILE"]
 
@@ -310,11 +312,11 @@ class LogManager:
         config = self.effective_config(topic)
         if d not in self.offline_dirs:
             try:
-                return PartitionLog.open(full, topic, partition, info.id, config, **kwargs)
+                return _partition_log().open(full, topic, partition, info.id, config, **kwargs)
             except OSError as exc:
                 self.dir_failed(d, exc, f"opening {topic}-{partition}")
         try:
-            plog = PartitionLog.open(full, topic, partition, info.id, config, read_only=True, **kwargs)
+            plog = _partition_log().open(full, topic, partition, info.id, config, read_only=True, **kwargs)
         except OSError as exc:
             log.error("partition %s-%d is not served: %s cannot be read: %s", topic, partition, full, exc)
             return None
@@ -840,7 +842,7 @@ class LogManager:
         full = os.path.join(d, f"{topic}-{partition}")
         try:
             config = self.effective_config(topic)
-            plog = PartitionLog.create(full, topic, partition, info.id, config, clock=self._clock)
+            plog = _partition_log().create(full, topic, partition, info.id, config, clock=self._clock)
         except OSError as exc:
             self.dir_failed(d, exc, f"creating {topic}-{partition}")
             _rmtree(full)
@@ -1032,6 +1034,12 @@ def _fsync_files(files, dirs=()) -> dict:
         except OSError as exc:
             failed[d] = exc
     return failed
+
+
+def _partition_log() -> type[PartitionLog]:
+    from minibroker.storage.partition_log import PartitionLog
+
+    return PartitionLog
 
 
 def _read_moved_from(partition_dir: str) -> tuple[str, tuple[int, int]] | None:
