@@ -23,6 +23,13 @@ from minibroker.server.sockets import Listener, SocketServer, listen_socket
 log = logging.getLogger("minibroker.broker")
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class ListenerBindError(OSError):
     """A listener (or ``metrics.port``) could not be bound; the message names which, and the setting."""
 
@@ -61,6 +68,7 @@ class Broker:
         self.started_at = 0.0
         self.ready = asyncio.Event()
         self._close_hooks: list = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics_http = None  # MetricsHttpServer (minibroker/server/metrics_http.py)
 
     def __getattr__(self, name: str):
@@ -71,6 +79,13 @@ class Broker:
         build = LAZY_SERVICES.get(name)
         if build is None or name.startswith("__"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        loop = self.__dict__.get("_loop")
+        if loop is not None and not loop.is_closed() and _running_loop() is not loop:
+            # read from another thread (a test beside a thread-mode broker): built on the broker's loop
+            async def build_there():
+                return getattr(self, name)
+
+            return asyncio.run_coroutine_threadsafe(build_there(), loop).result(30)
         service = build(self)
         setattr(self, name, service)
         log.debug("%s loaded on first use", name)
@@ -88,6 +103,7 @@ class Broker:
         recover the logs, then accept. A second broker on the same dirs, or a port in use, stops here
         with nothing written."""
         t0 = time.perf_counter()
+        self._loop = asyncio.get_running_loop()  # where lazy services are built (__getattr__)
         from minibroker.storage import LogManager
         from minibroker.storage.log_manager import LogDirConflictError
 
