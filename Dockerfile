@@ -12,22 +12,31 @@
 # (--format docker keeps the HEALTHCHECK). Compose: podman-compose (docs/container.md).
 #
 # Two ways to install the package (docs/container.md, "Building the image"):
-#   * default: the build stage builds minibroker and its dependencies from source / PyPI (needs network);
-#   * --build-arg WHEELHOUSE=dist: install only from wheels already in dist/ (`pip wheel . -w dist` on
-#     the host), with no index at all - offline-friendly, and what scripts/container.sh does with podman.
-# Either way the runtime stage gets a ready virtualenv and no build tools.
+#   * default: the build stage builds minibroker (its C accelerator with a gcc it installs) and its
+#     dependencies from source / PyPI (needs network);
+#   * --build-arg WHEELHOUSE=dist: install only from wheels already in dist/ (`pip wheel '.[tls]' -w dist`
+#     on the host, whose compiler builds the accelerator into minibroker's wheel), with no index at all -
+#     offline-friendly, and what scripts/container.sh does with podman.
+# Either way the runtime stage gets a ready virtualenv and no build tools. The image installs the `tls`
+# extra (cryptography): PKCS12 key stores and `minibroker certs` work in it, as the compose example needs.
 
 FROM python:3.11-slim AS build
 ARG WHEELHOUSE=
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 COPY . /src
+# Without a wheelhouse: gcc for the record layer's C accelerator (the image's Python has its headers).
+# Only this stage has it: the runtime stage copies the virtualenv, the compiled module in it. The
+# build says which record layer the image runs.
 RUN set -eu; \
     python3 -m venv /opt/minibroker; \
     if [ -n "$WHEELHOUSE" ]; then \
-        /opt/minibroker/bin/pip install --no-index --find-links "/src/$WHEELHOUSE" minibroker; \
+        /opt/minibroker/bin/pip install --no-index --find-links "/src/$WHEELHOUSE" 'minibroker[tls]'; \
     else \
-        /opt/minibroker/bin/pip install /src; \
+        apt-get update -qq; \
+        apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null; \
+        /opt/minibroker/bin/pip install '/src[tls]'; \
     fi; \
+    /opt/minibroker/bin/python -c "from minibroker.records import accelerator as a; print('record layer:', a.describe())"; \
     /opt/minibroker/bin/pip uninstall -q -y pip setuptools; \
     /opt/minibroker/bin/minibroker --help >/dev/null
 
@@ -46,7 +55,7 @@ COPY --from=build /opt/minibroker /opt/minibroker
 
 # KAFKA_* variables map to broker properties as in the apache/kafka image (docs/configuration.md):
 # bind every interface inside the container, advertise localhost:9092 (right for `-p 9092:9092`;
-# compose files set KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://<service name>:9092), keep data in the volume.
+# compose files set KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://<service name>:9092), keep data in /var/lib/minibroker.
 ENV PATH=/opt/minibroker/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -54,9 +63,11 @@ ENV PATH=/opt/minibroker/bin:$PATH \
     KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://localhost:9092 \
     KAFKA_LOG_DIRS=/var/lib/minibroker
 
+# No VOLUME: a declared one gives every container an anonymous volume, which `podman-compose down -v` and
+# `docker compose down` (without -v) leave behind, one per run. The data lives in the container and goes
+# with it; mount a named volume or a host directory at /var/lib/minibroker to keep it (docs/container.md).
 USER 1000:1000
 WORKDIR /var/lib/minibroker
-VOLUME /var/lib/minibroker
 EXPOSE 9092
 
 # Speaks the Kafka protocol: healthy once the broker answers ApiVersions on its listener.

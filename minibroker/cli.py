@@ -55,6 +55,14 @@ def log_config_banner(config, config_file: str | None) -> None:
             log.debug("  %s = %s", key, value)
 
 
+def log_record_layer() -> None:
+    """Once at start, at INFO: which record layer appends run on, the C accelerator or pure Python,
+    and why (docs/records.md, "The C accelerator")."""
+    from minibroker.records import accelerator
+
+    logging.getLogger("minibroker.records").info("record layer: %s", accelerator.describe())
+
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -68,6 +76,14 @@ def log_level(text: str) -> str:
         raise argparse.ArgumentTypeError(f"invalid log level {text!r}{where}: choose from "
                                          f"{', '.join(LOG_LEVELS)} (any case)")
     return level
+
+
+def timeout_seconds(text: str) -> float:
+    """argparse ``type`` of healthcheck's ``--timeout``: the tools' own check, imported only when used (the
+    parser is also ``serve``'s, whose start-up does not need the tools' modules)."""
+    from minibroker.tools.command import positive_seconds
+
+    return positive_seconds(text)
 
 
 def choose_event_loop(name: str) -> None:
@@ -121,6 +137,7 @@ def cmd_serve(args) -> int:
         print(f"minibroker: configuration error: {e}", file=sys.stderr)
         return 2
     log_config_banner(config, args.config_file)
+    log_record_layer()
     choose_event_loop(args.loop)
     from minibroker.storage.dir_lock import LogDirLockedError
 
@@ -160,15 +177,23 @@ def cmd_dump_log(args) -> int:
 def cmd_healthcheck(args) -> int:
     """Exit 0 when a broker answers ApiVersions at ``--bootstrap-server`` within the timeout."""
     from minibroker.tools.client_config import ClientConfigError, read_client_config
-    from minibroker.tools.wire import api_versions_probe
+    from minibroker.tools.wire import api_versions_probe, failure_text, split_host_port
 
-    host, _, port = args.bootstrap_server.rpartition(":")
+    try:
+        host, port = split_host_port(args.bootstrap_server)
+    except ValueError:
+        print(f"minibroker healthcheck: --bootstrap-server {args.bootstrap_server!r} is not HOST:PORT",
+              file=sys.stderr)
+        return 2
     deadline = time.monotonic() + args.timeout
     try:  # with --command-config: through TLS and SASL authentication, as a client would
         security = read_client_config(args.command_config)
-        ok = api_versions_probe(host or "127.0.0.1", int(port), timeout=args.timeout, security=security)
-    except (OSError, ClientConfigError) as e:
+        ok = api_versions_probe(host, port, timeout=args.timeout, security=security)
+    except ClientConfigError as e:
         print(f"unhealthy: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"unhealthy: {failure_text(f'{host}:{port}', e)}", file=sys.stderr)
         return 1
     if not ok:
         print("unhealthy: unexpected ApiVersions answer", file=sys.stderr)
@@ -179,7 +204,10 @@ def cmd_healthcheck(args) -> int:
 
 
 def build_parser(console_tools: bool = True, client_config: bool = True) -> argparse.ArgumentParser:
+    from minibroker import __version__
+
     ap = argparse.ArgumentParser(prog="minibroker", description="A single-node Kafka-compatible broker.")
+    ap.add_argument("--version", action="version", version=f"minibroker {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the broker")
@@ -207,10 +235,18 @@ def build_parser(console_tools: bool = True, client_config: bool = True) -> argp
     dump.add_argument("rest", nargs=argparse.REMAINDER)
     dump.set_defaults(func=cmd_dump_log)
 
-    health = sub.add_parser("healthcheck", help="exit 0 if a broker answers ApiVersions")
-    health.add_argument("--bootstrap-server", default="127.0.0.1:9092")
-    health.add_argument("--timeout", type=float, default=2.0)
-    health.add_argument("--quiet", action="store_true")
+    health = sub.add_parser("healthcheck", help="exit 0 if a broker answers ApiVersions",
+                            description="Exit 0 when a broker answers an ApiVersions request (after the TLS "
+                                        "handshake and SASL login --command-config asks for); otherwise "
+                                        "print why on stderr and exit 1.")
+    health.add_argument("--bootstrap-server",
+                        default=os.environ.get("MINIBROKER_BOOTSTRAP_SERVER", "127.0.0.1:9092"),
+                        metavar="HOST:PORT", help="broker to probe (env MINIBROKER_BOOTSTRAP_SERVER; "
+                                                  "default 127.0.0.1:9092)")
+    health.add_argument("--timeout", type=timeout_seconds, default=2.0, metavar="SECONDS",
+                        help="bound on the whole probe: connecting, the TLS handshake, SASL and the answer "
+                             "(default 2)")
+    health.add_argument("--quiet", action="store_true", help="print nothing when healthy")
     health.set_defaults(func=cmd_healthcheck)
 
     if client_config:  # ``serve`` goes without the client config module: start-up spent for nothing
@@ -226,12 +262,10 @@ def add_console_tools(sub) -> None:
     """``topics``, ``produce``, ``consume``, ``groups``: each module adds its own parser and ``run``."""
     from minibroker.tools import certs, consume, explain, groups, produce, scram, topics, transactions
     from minibroker.tools.client_config import add_command_config_argument
+    from minibroker.tools.command import add_common_arguments
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--bootstrap-server",
-                        default=os.environ.get("MINIBROKER_BOOTSTRAP_SERVER", "127.0.0.1:9092"),
-                        metavar="HOST:PORT", help="broker to talk to (env MINIBROKER_BOOTSTRAP_SERVER)")
-    common.add_argument("--timeout", type=float, default=10.0, help="request timeout in seconds")
+    add_common_arguments(common)
     scram.add_parser(sub, common)  # adds its own --command-config
     add_command_config_argument(common)
     for tool in (topics, produce, consume, groups, transactions):
@@ -240,16 +274,47 @@ def add_console_tools(sub) -> None:
     certs.add_parser(sub)  # writes files, no broker
 
 
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """argparse reports an unknown option with the usage of the parser that ran last, the top-level one:
+    report it with the usage of the subcommand it was given to instead (``serve --bogus``)."""
+    command = argv[0] if argv else None
+    parser = build_parser(console_tools=command not in ("serve", "healthcheck"),
+                          client_config=command != "serve")
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        subcommand_parser(parser, argv).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def subcommand_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The deepest subcommand parser ``argv`` names (``groups reset-offsets`` -> that one's parser)."""
+    for word in argv:
+        subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subparsers or word not in subparsers[0].choices:
+            continue
+        parser = subparsers[0].choices[word]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    command = argv[0] if argv else None
-    args = build_parser(console_tools=command not in ("serve", "healthcheck"),
-                        client_config=command != "serve").parse_args(argv)
+    args = parse_arguments(argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C where a tool has no handling of its own: no traceback
         print(f"minibroker {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (| head) by a command that writes it unguarded
+        pass
+    except Exception as e:
+        from minibroker.tools.command import OutputClosed
+
+        if not isinstance(e, OutputClosed):
+            raise
+    from minibroker.tools.command import silence_closed_stdout
+
+    silence_closed_stdout()  # quiet, exit 0, as head expects (minibroker/tools/command.py)
+    return 0
 
 
 if __name__ == "__main__":

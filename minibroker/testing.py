@@ -3,7 +3,7 @@
 ``BrokerRunner`` is what the pytest plugin's fixtures hand out; it works without pytest too:
 
     with BrokerRunner() as broker:
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers)
+        broker.produce("orders", [b"a", b"b"])  # or any Kafka client at broker.bootstrap_servers
 
 Port 0 (the OS picks a free port, so parallel test runs never collide), a temporary data
 directory removed at the end unless one was given, and cleanup guaranteed by ``stop()``. A
@@ -245,6 +245,7 @@ class BrokerRunner:
             **(overrides or {}),
         }
         self.port: int | None = None
+        self.start_seconds: float | None = None  # wall time of the last start() (a fixture's: its setup)
         self.broker = None  # the Broker object in thread mode
         self.process: subprocess.Popen | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -260,10 +261,14 @@ class BrokerRunner:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> BrokerRunner:
+        """Start the broker and wait until it accepts connections; ``start_seconds`` says how long that
+        took (the fixtures set it to their whole setup, the import of the broker included)."""
+        began = time.perf_counter()
         if self.mode == "thread":
             self._start_thread(timeout)
         else:
             self._start_process(timeout)
+        self.start_seconds = time.perf_counter() - began
         return self
 
     def _start_thread(self, timeout: float) -> None:
@@ -431,14 +436,23 @@ class BrokerRunner:
         if code:
             raise RuntimeError(f"delete_topic({name!r}) failed: {error_text(code, message)}")
 
-    def _topic_admin(self):
+    def _security(self):
+        """The ClientSecurity of this broker's listener (None for PLAINTEXT), for our own wire client."""
+        if self.security.protocol == "PLAINTEXT":
+            return None
         from minibroker.tools.client_config import client_security_from_properties
+
+        return client_security_from_properties(self.client_config("properties"), "BrokerRunner")
+
+    def _topic_admin(self):
         from minibroker.tools.topics import TopicAdmin
 
-        security = None
-        if self.security.protocol != "PLAINTEXT":
-            security = client_security_from_properties(self.client_config("properties"), "BrokerRunner")
-        return TopicAdmin(self.bootstrap_servers, security=security)
+        return TopicAdmin(self.bootstrap_servers, security=self._security())
+
+    def _cluster(self, timeout: float):
+        from minibroker.tools.cluster import Cluster
+
+        return Cluster(self.bootstrap_servers, timeout, self._security(), "minibroker-testing")
 
     def produce(
         self,
@@ -448,27 +462,37 @@ class BrokerRunner:
         key: bytes | None = None,
         partition: int | None = None,
         headers=None,
+        timeout: float = 30.0,
         **producer_config,
     ) -> list[int]:
-        """Send values (bytes or str) with kafka-python; returns their offsets."""
-        from kafka import KafkaProducer
+        """Send values (bytes or str) and return their offsets; a record the broker refuses raises
+        RuntimeError naming Kafka's error. Our own wire client (no Kafka client library needed); a key's
+        partition is Kafka's (murmur2). ``producer_config`` takes kafka-python's names of the settings
+        that mean something here: ``acks`` (0, 1, "all"), ``compression_type`` (None, "gzip", "snappy",
+        "lz4", "zstd"), ``enable_idempotence``, ``max_request_size`` and ``batch_size`` (bytes per batch);
+        ``linger_ms`` is accepted: the values of one call go out together anyway."""
+        from minibroker.records.codecs import Compression
+        from minibroker.tools.records_client import BATCH_BYTES, RecordProducer
 
-        producer = KafkaProducer(**{**self.client_config(), **producer_config})
-        try:
-            futures = [
-                producer.send(
-                    topic,
-                    value=v.encode() if isinstance(v, str) else v,
-                    key=key,
-                    partition=partition,
-                    headers=headers,
-                )
-                for v in values
-            ]
-            producer.flush(30)
-            return [f.get(30).offset for f in futures]
-        finally:
-            producer.close(5)
+        unknown = set(producer_config) - set(PRODUCER_CONFIG)
+        if unknown:
+            raise TypeError(f"produce() got {', '.join(sorted(unknown))}; it takes "
+                            f"{', '.join(PRODUCER_CONFIG)}")
+        acks = producer_config.get("acks", "all")
+        compression = producer_config.get("compression_type") or "none"
+        batch_bytes = min(producer_config.get("max_request_size", BATCH_BYTES),
+                          producer_config.get("batch_size", BATCH_BYTES))
+        records = [(key, v.encode() if isinstance(v, str) else v, headers) for v in values]
+        with self._cluster(timeout) as cluster:
+            producer = RecordProducer(cluster, acks=-1 if acks in ("all", -1) else int(acks),
+                                      compression=Compression[compression.upper()], batch_bytes=batch_bytes,
+                                      idempotent=bool(producer_config.get("enable_idempotence")))
+            outcomes = producer.send(topic, records, partition)
+        failed = [o.error for o in outcomes if o.error is not None]
+        if failed:
+            raise RuntimeError(f"produce({topic!r}): {len(failed)} of {len(outcomes)} records failed: "
+                               f"{failed[0]}")
+        return [o.offset for o in outcomes]
 
     def consume(
         self,
@@ -479,23 +503,38 @@ class BrokerRunner:
         partition: int | None = None,
         **consumer_config,
     ) -> list:
-        """Read ``count`` records from the start of ``topic`` with kafka-python (assign, no group)."""
-        from kafka import KafkaConsumer, TopicPartition
+        """Read ``count`` records from the start of ``topic`` (or of one partition), waiting at most
+        ``timeout`` seconds; fewer when fewer came. Records have kafka-python's ``ConsumerRecord`` field
+        names (``.topic``, ``.partition``, ``.offset``, ``.timestamp``, ``.key``, ``.value``,
+        ``.headers``). ``consumer_config``: ``max_partition_fetch_bytes``, ``fetch_max_wait_ms``."""
+        from minibroker.tools.cluster import EARLIEST
+        from minibroker.tools.records_client import RecordFetcher
 
-        consumer = KafkaConsumer(**{**self.client_config(), "enable_auto_commit": False, **consumer_config})
-        try:
-            if partition is None:
-                parts = consumer.partitions_for_topic(topic) or {0}
-                tps = [TopicPartition(topic, p) for p in sorted(parts)]
-            else:
-                tps = [TopicPartition(topic, partition)]
-            consumer.assign(tps)
-            consumer.seek_to_beginning(*tps)
-            out: list = []
-            deadline = time.monotonic() + timeout
+        unknown = set(consumer_config) - {"max_partition_fetch_bytes", "fetch_max_wait_ms"}
+        if unknown:
+            raise TypeError(f"consume() got {', '.join(sorted(unknown))}; it takes "
+                            "max_partition_fetch_bytes, fetch_max_wait_ms")
+        out: list = []
+        deadline = time.monotonic() + timeout
+        with self._cluster(timeout) as cluster:
+            fetcher = RecordFetcher(
+                cluster, max_wait_ms=consumer_config.get("fetch_max_wait_ms", 200),
+                partition_max_bytes=consumer_config.get("max_partition_fetch_bytes", 1 << 20))
+            tps = None
             while len(out) < count and time.monotonic() < deadline:
-                for records in consumer.poll(timeout_ms=200).values():
-                    out.extend(records)
-            return out[:count] if len(out) > count else out
-        finally:
-            consumer.close()
+                if tps is None:
+                    try:
+                        parts = [partition] if partition is not None else cluster.partition_ids(topic)
+                    except Exception:  # not created yet: wait for it, as a consumer would
+                        time.sleep(0.1)
+                        continue
+                    tps = [(topic, p) for p in parts]
+                    fetcher.seek(tps, EARLIEST)
+                out += fetcher.fetch()
+        return out[:count]
+
+
+# kafka-python's names; linger_ms is accepted and has nothing to wait for: one call's values go out together,
+# in as few batches per partition as batch_size allows
+PRODUCER_CONFIG = ("acks", "compression_type", "enable_idempotence", "max_request_size", "batch_size",
+                   "linger_ms")

@@ -111,7 +111,8 @@ def wait_port(port: int, timeout: float = 20.0) -> float:
 class BrokerProcess:
     """``python -m minibroker serve`` in a subprocess with its own data dir."""
 
-    def __init__(self, overrides: dict[str, str] | None = None, loop: str = "auto"):
+    def __init__(self, overrides: dict[str, str] | None = None, loop: str = "auto", env: dict | None = None):
+        self.env = {**bench_env(), **(env or {})}
         self.dir = tempfile.mkdtemp(prefix="mb-bench-")
         self.port = free_port()
         self.overrides = {
@@ -132,7 +133,7 @@ class BrokerProcess:
             cmd += ["--override", f"{k}={v}"]
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=bench_env()
+            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
         )
         wait_port(self.port)
         self.startup_s = time.perf_counter() - t0
@@ -255,9 +256,10 @@ class _KafkaAppendCeiling(_AppendCeiling):
     PRODUCE_VERSIONS = (3, 7)
     _H = struct.Struct(">hhi")
 
-    def __init__(self, fd: int, port: int, partitions: int):
+    def __init__(self, fd: int, port: int, partitions: int, decompress: bool = False):
         super().__init__(fd)
         self.port, self.partitions, self.next_offset = port, partitions, 0
+        self.decompress = decompress
 
     def answer(self, frame: memoryview) -> bytes | None:
         api_key, version, corr = self._H.unpack_from(frame, 0)
@@ -282,6 +284,8 @@ class _KafkaAppendCeiling(_AppendCeiling):
             for _ in range(parts):
                 index, size = unpack(">ii", frame, p)
                 p += 8
+                if self.decompress:
+                    self._decompress(frame, p, p + size)
                 os.write(self.fd, frame[p : p + size])
                 base = self.next_offset
                 self.next_offset += unpack(">i", frame, p + 23)[0] + 1  # the batch's lastOffsetDelta
@@ -295,6 +299,19 @@ class _KafkaAppendCeiling(_AppendCeiling):
         reply = b"".join(out)
         return struct.pack(">i", len(reply) - 4) + reply[4:]
 
+    @staticmethod
+    def _decompress(frame, start: int, end: int) -> None:
+        """The reference for compressed produce: each v2 batch's records decompressed (with the
+        codecs the broker uses) and thrown away, nothing checked."""
+        from minibroker.records.codecs import decompress
+
+        while start < end:
+            (length,) = struct.unpack_from(">i", frame, start + 8)  # batchLength, then attributes
+            codec_id = struct.unpack_from(">h", frame, start + 21)[0] & 0x07
+            if codec_id:
+                decompress(codec_id, frame[start + 61 : start + 12 + length])
+            start += 12 + length
+
     def _admin(self, frame, api_key: int, version: int) -> bytes:
         header, end = codec.decode_request_header(frame)
         request = codec.decode(codec.REQUESTS[api_key].name, version, frame, end, exact=False)
@@ -304,6 +321,10 @@ class _KafkaAppendCeiling(_AppendCeiling):
                     {"api_key": 18, "min_version": 0, "max_version": 3},
                     {"api_key": 3, "min_version": 0, "max_version": 8},
                     {"api_key": 22, "min_version": 0, "max_version": 4},
+                    # Fetch is never asked for, but librdkafka enables v2 batches only with Fetch v4
+                    # and zstd only with Fetch v10: without it, kcat sent this reference v0 message
+                    # sets, and uncompressed ones whatever its -z (until 2026-11-29)
+                    {"api_key": 1, "min_version": 0, "max_version": 11},
                     {
                         "api_key": 0,
                         "min_version": self.PRODUCE_VERSIONS[0],
@@ -341,11 +362,12 @@ def run_ceiling_server(kind: str, port: int, path: str, ready: threading.Event, 
         if kind == "append":
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             server = await loop.create_server(lambda: _AppendCeiling(fd), "127.0.0.1", port)
-        elif kind.startswith("kafka-append"):  # kafka-append:PARTITIONS
+        elif kind.startswith(("kafka-append", "kafka-decompress-append")):  # kafka-...:PARTITIONS
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             partitions = int(kind.partition(":")[2] or 1)
+            unpack = kind.startswith("kafka-decompress")
             server = await loop.create_server(
-                lambda: _KafkaAppendCeiling(fd, port, partitions), "127.0.0.1", port
+                lambda: _KafkaAppendCeiling(fd, port, partitions, unpack), "127.0.0.1", port
             )
         else:
             f = open(path, "rb")  # noqa: SIM115, ASYNC230 - before serving; kept open while it serves
@@ -1022,8 +1044,9 @@ def bench_produce_clients(opts) -> dict:
     return out
 
 
-def kcat_produce(kcat: str, bootstrap: str, path: str) -> float:
-    """Seconds for kcat to produce every line of ``path`` to partition 0 of topic ``k``."""
+def kcat_produce(kcat: str, bootstrap: str, path: str, *extra: str) -> float:
+    """Seconds for kcat to produce every line of ``path`` to partition 0 of topic ``k`` (``extra``:
+    more kcat arguments, e.g. ``-z lz4``)."""
     t0 = time.perf_counter()
     subprocess.run(
         [
@@ -1041,6 +1064,7 @@ def kcat_produce(kcat: str, bootstrap: str, path: str) -> float:
             "batch.size=1000000",
             "-X",
             "queue.buffering.max.messages=1000000",
+            *extra,
             "-l",
             path,
         ],
@@ -1097,6 +1121,72 @@ def bench_produce_kcat(opts) -> dict:
             "ceiling_cpu_s_per_million_records": statistics.median(ceiling_cpu),
             "ratio": med / statistics.median(ceiling_rates),
         }
+    return out
+
+
+def bench_record_layer(opts) -> dict:
+    """Issue 29: kcat's produce on each path of the record layer, the C accelerator and pure Python
+    (MINIBROKER_PURE_PYTHON=1), beside the Kafka-shaped references, alternating run by run:
+
+    - 1 KiB records: broker CPU per GB of records against the receive+append reference's;
+    - 100 B records: records/s (and CPU per million) against the same reference;
+    - 1 KiB records compressed with lz4 and zstd by kcat: broker CPU per GB of (uncompressed) records
+      against a reference that decompresses each batch and appends it.
+    """
+    import shutil
+
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    if kcat is None:
+        return {"skipped": "kcat is not installed"}
+    paths = {"c": {}, "python": {"MINIBROKER_PURE_PYTHON": "1"}}
+    cases = [  # name, record size, records, kcat's compression, reference
+        ("1024B", 1024, max(20_000, int(opts.scale * 300_000)), "none", "kafka-append:1"),
+        ("100B", 100, max(100_000, int(opts.scale * 2_000_000)), "none", "kafka-append:1"),
+        ("1024B-lz4", 1024, max(20_000, int(opts.scale * 300_000)), "lz4", "kafka-decompress-append:1"),
+        ("1024B-zstd", 1024, max(20_000, int(opts.scale * 300_000)), "zstd", "kafka-decompress-append:1"),
+    ]
+    out = {}
+    for name, size, n, compression, reference in cases:
+        with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as f:
+            # text records (hex of random bytes, 2:1 compressible), each line its own
+            for i in range(0, n, 1000):
+                lines = (os.urandom(size // 2).hex().encode()[:size] + b"\n" for _ in range(min(1000, n - i)))
+                f.write(b"".join(lines))
+            path = f.name
+        extra = ("-z", compression)
+        runs: dict[str, dict[str, list]] = {k: {"rate": [], "cpu": []} for k in (*paths, "ref")}
+        try:
+            for _ in range(opts.reps):
+                for key, env in paths.items():
+                    with BrokerProcess(loop=opts.loop, env=env) as b:
+                        create_topic(b.port, "k", 1)
+                        cpu0 = proc_cpu_seconds(b.proc.pid)
+                        runs[key]["rate"].append(n / kcat_produce(kcat, b.bootstrap, path, *extra))
+                        runs[key]["cpu"].append(proc_cpu_seconds(b.proc.pid) - cpu0)
+                with (
+                    tempfile.TemporaryDirectory() as d,
+                    CeilingProcess(reference, os.path.join(d, "ceiling.log")) as ceil,
+                ):
+                    cpu0 = proc_cpu_seconds(ceil.pid)
+                    runs["ref"]["rate"].append(n / kcat_produce(kcat, ceil.bootstrap, path, *extra))
+                    runs["ref"]["cpu"].append(proc_cpu_seconds(ceil.pid) - cpu0)
+        finally:
+            os.unlink(path)
+        gb = n * size / 1e9
+        figures = {
+            key: {
+                "records_per_s": stats(v["rate"]),
+                "cpu_s_per_GB": stats([c / gb for c in v["cpu"]]),
+                "cpu_s_per_million_records": statistics.median(v["cpu"]) / n * 1e6,
+            }
+            for key, v in runs.items()
+        }
+        ref_cpu = figures["ref"]["cpu_s_per_GB"]["median"]
+        ref_rate = figures["ref"]["records_per_s"]["median"]
+        for key in paths:
+            figures[key]["cpu_ratio"] = figures[key]["cpu_s_per_GB"]["median"] / ref_cpu
+            figures[key]["rate_ratio"] = figures[key]["records_per_s"]["median"] / ref_rate
+        out[name] = {"records": n, "compression": compression, "reference_server": reference, **figures}
     return out
 
 
@@ -1416,6 +1506,7 @@ WORKLOADS = {
     "produce_raw": bench_produce_raw,
     "fetch_raw": bench_fetch_raw,
     "produce_kcat": bench_produce_kcat,
+    "record_layer": bench_record_layer,
     "produce_clients": bench_produce_clients,
     "fetch_clients": bench_fetch_clients,
     "scaling": bench_scaling,
@@ -1584,6 +1675,25 @@ def markdown(results: dict, opts) -> str:
             *kafka_ceiling(v),
             ">= 0.80 of ceiling" if key == "1024B" else ">= 1M records/s",
         )
+    for key, v in r.get("record_layer", {}).items():
+        if key == "skipped":
+            continue
+        ref = v["ref"]
+        unpacks = v["reference_server"].startswith("kafka-decompress")
+        what = "decompress+append" if unpacks else "receive+append"
+        for path in ("c", "python"):
+            f = v[path]
+            row(
+                f"kcat {key} records, record layer: {'C accelerator' if path == 'c' else 'pure Python'}",
+                f"{f['records_per_s']['median'] / 1e6:.2f}M rec/s, "
+                f"CPU {f['cpu_s_per_GB']['median']:.2f} s/GB ({f['cpu_s_per_million_records']:.2f} s/1M)",
+                f"{what} reference: {ref['records_per_s']['median'] / 1e6:.2f}M rec/s, "
+                f"CPU {ref['cpu_s_per_GB']['median']:.2f} s/GB",
+                f"CPU {f['cpu_ratio']:.2f}, rate {f['rate_ratio']:.2f}",
+                ("CPU <= 0.5x" if key == "1024B" else ">= 3M rec/s" if key == "100B" else "")
+                if path == "c"
+                else "",
+            )
     for key, v in r.get("produce_clients", {}).items():
         mbps = v.get("MBps")
         goal = (

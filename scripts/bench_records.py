@@ -10,7 +10,8 @@ within 2x of crc32c.
 Uncompressed batches are timed twice: as Kafka validates them (the default: every record walked,
 ``v2.walk_records``) and with ``skip_record_walk`` (the header and the CRC only, not Kafka's
 behaviour; what the hot path did before issue 14). The lines after the table give the walk's cost
-from those two figures, measured in the same run.
+from those two figures, measured in the same run. Where the record layer's C accelerator runs, the
+walked uncompressed case and lz4 and zstd are timed again on the pure-Python path (issue 29).
 
     python scripts/bench_records.py [--size 16384 --size 1048576] [--record-bytes 100] [--repeat 5]
 """
@@ -24,7 +25,7 @@ import time
 
 import crc32c
 
-from minibroker.records import AppendConfig, Compression, build_records, validate_and_assign
+from minibroker.records import AppendConfig, Compression, accelerator, build_records, validate_and_assign
 
 NOW = 1_700_000_000_000
 ZERO = struct.Struct(">q")
@@ -59,10 +60,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sizes = args.size or [16 * 1024, 1024 * 1024]
     print(
-        f"{'case':<34} {'batch B':>9} {'records':>7} {'us/batch':>9} {'MB/s':>8} {'Mrec/s':>7} "
+        f"{'case':<50} {'batch B':>9} {'records':>7} {'us/batch':>9} {'MB/s':>8} {'Mrec/s':>7} "
         f"{'crc32c MB/s':>11} {'ratio':>6}  path"
     )
     walk_costs = []
+    # the record layer's path of the unmarked cases: the C accelerator where it is built and not
+    # switched off (MINIBROKER_PURE_PYTHON)
+    default_path = "C accelerator" if accelerator.active() else "pure Python"
     for size in sizes:
         timed = {}
         cases = [
@@ -86,7 +90,14 @@ def main(argv=None) -> int:
             (f"{codec}", codec, True, AppendConfig(max_message_bytes=BIG))
             for codec in (Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD)
         ]
+        if default_path != "pure Python":  # the same cases on the record layer's pure-Python path (issue 29)
+            cases += [
+                (f"{name}, pure Python", codec, writable, cfg)
+                for name, codec, writable, cfg in cases
+                if name in ("uncompressed, writable buffer", "lz4", "zstd")
+            ]
         for name, codec, writable, cfg in cases:
+            accelerator.use_accelerator(default_path != "pure Python" and not name.endswith("pure Python"))
             batch = make_batch(size, args.record_bytes, codec)
             buf = bytearray(batch) if writable else batch
             n_records = int.from_bytes(batch[57:61], "big")
@@ -117,18 +128,23 @@ def main(argv=None) -> int:
             mbs = len(batch) / t / 1e6
             timed[name] = (t, n_records)
             print(
-                f"{name + f' ({size // 1024} KiB)':<34} {len(batch):>9} {n_records:>7} {t * 1e6:>9.1f} "
+                f"{name + f' ({size // 1024} KiB)':<50} {len(batch):>9} {n_records:>7} {t * 1e6:>9.1f} "
                 f"{mbs:>8.0f} {n_records / t / 1e6:>7.2f} {len(batch) / t_crc / 1e6:>11.0f} "
                 f"{t / t_crc:>6.1f}  "
                 f"{path}"
             )
-        walked, records = timed["uncompressed, writable buffer"]
         skipped, _ = timed["uncompressed, skip_record_walk"]
-        walk_costs.append((size, records, walked, skipped))
+        for name, which in (
+            ("uncompressed, writable buffer", default_path),
+            ("uncompressed, writable buffer, pure Python", "pure Python"),
+        ):
+            if name in timed:
+                walked, records = timed[name]
+                walk_costs.append((f" ({which})", size, records, walked, skipped))
     print()
-    for size, records, walked, skipped in walk_costs:
+    for which, size, records, walked, skipped in walk_costs:
         print(
-            f"record walk, {size // 1024} KiB of {args.record_bytes} B records: "
+            f"record walk{which}, {size // 1024} KiB of {args.record_bytes} B records: "
             f"{(walked - skipped) * 1e6:.1f} us "
             f"a batch, {(walked - skipped) / records * 1e9:.0f} ns a record; walked / header only = "
             f"{walked / skipped:.1f}"

@@ -13,11 +13,13 @@
 #                                              (default 9092), advertised as 127.0.0.1:HOSTPORT
 #   scripts/container.sh wait-healthy NAME [SECONDS]   poll `podman healthcheck run` (no systemd here)
 #   scripts/container.sh stop NAME             podman stop, prints the seconds it took; then removes it
-#                                              with its anonymous data volume (rm -v): no volume left over
+#                                              with any anonymous volume (rm -v): no volume left over
 #   scripts/container.sh compose-example [PROJECT] [FILE]   broker up (after FILE's one-shot `setup`
 #                                              service, if any), wait healthy, run the app, down -v;
 #                                              FILE: compose.yaml, or examples/compose-sasl-ssl/compose.yaml
-#   scripts/container.sh compose ARGS...       podman-compose with the containers.conf
+#   scripts/container.sh compose ARGS...       podman-compose with the containers.conf, on the compose file
+#                                              of the current directory (or -f); `up --wait` waits for the
+#                                              healthchecks, `down -v` removes anonymous volumes too
 #   scripts/container.sh podman ARGS...        podman with the containers.conf
 #   scripts/container.sh env                   print `export CONTAINERS_CONF=...` (eval it in a shell)
 #
@@ -154,7 +156,7 @@ host_wheels() {
     mkdir -p "$ROOT/dist"
     rm -f "$ROOT"/dist/minibroker-*.whl
     log "building wheels into dist/ (pip wheel)"
-    (cd "$ROOT" && "$PYTHON" -m pip wheel -q --disable-pip-version-check . "kafka-python>=3.0,<4" -w dist \
+    (cd "$ROOT" && "$PYTHON" -m pip wheel -q --disable-pip-version-check '.[tls]' "kafka-python>=3.0,<4" -w dist \
         2> >(grep -v "Location 'file:" >&2)) || die "pip wheel failed"
 }
 
@@ -210,7 +212,7 @@ cmd_build() {
 cmd_run() {
     local name="${1:?usage: run NAME [HOSTPORT]}" port="${2:-9092}"
     use_conf
-    # -v: also the anonymous volume (the image's VOLUME /var/lib/minibroker) of a previous run
+    # -v: also the anonymous volumes of a previous run (MINIBROKER_IMAGE may name an image with a VOLUME)
     podman rm -f -v -t 0 "$name" >/dev/null 2>&1 || true
     denoise podman run -d --name "$name" -p "127.0.0.1:$port:9092" \
         -e "KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://127.0.0.1:$port" "$IMAGE"
@@ -239,14 +241,95 @@ cmd_stop() {
     t0=$(now_ms)
     denoise podman stop -t 10 "$name" >/dev/null
     secs "$t0"; echo
-    podman rm -f -v "$name" >/dev/null 2>&1 || true  # -v: its anonymous volume too, or one is left per cycle
+    podman rm -f -v "$name" >/dev/null 2>&1 || true  # -v: its anonymous volumes too, or some are left per cycle
 }
 
 # -- compose -----------------------------------------------------------------------------------------
 
+# podman-compose's global options that take a value (its subcommand is the first word that is neither
+# an option nor such a value)
+compose_option_takes_value() {
+    case "$1" in
+        -f|--file|-p|--project-name|--env-file|--profile|--podman-path|--in-pod|--pod-args|--parallel) return 0 ;;
+        --podman-*-args|--podman-args) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
 cmd_compose() {
+    # The caller's compose file, from the caller's directory, as `docker compose` works: nothing here
+    # changes directory (only `build` works in the checkout). Two things podman-compose does not do:
+    #   up --wait [--wait-timeout S]: it ignores --wait with podman < 4.6, and podman updates health only
+    #     when `podman healthcheck run` is called (no systemd here), so --wait would never see "healthy":
+    #     this runs `up -d`, then polls the healthcheck of each of the project's containers that has one;
+    #   down -v: it removes the project's named volumes but not its containers' anonymous ones (`podman
+    #     rm` without -v): this passes -v on to podman rm.
     use_conf
-    (cd "$ROOT" && podman-compose "$@")
+    local globals=() rest=() sub="" arg
+    while [ $# -gt 0 ]; do
+        arg="$1"; shift
+        if [ -z "$sub" ]; then
+            if [[ "$arg" == -* ]]; then
+                globals+=("$arg")
+                if compose_option_takes_value "$arg" && [ $# -gt 0 ]; then globals+=("$1"); shift; fi
+            else
+                sub="$arg"
+            fi
+        else
+            rest+=("$arg")
+        fi
+    done
+    [ -n "$sub" ] || exec podman-compose "${globals[@]}"
+    case "$sub" in
+        up) compose_up "${globals[@]}" -- "${rest[@]}" ;;
+        down)
+            local a
+            for a in "${rest[@]}"; do
+                if [ "$a" = -v ] || [ "$a" = --volumes ]; then globals+=("--podman-rm-args=-v"); break; fi
+            done
+            podman-compose "${globals[@]}" down "${rest[@]}" ;;
+        *) podman-compose "${globals[@]}" "$sub" "${rest[@]}" ;;
+    esac
+}
+
+compose_up() {  # GLOBALS... -- UP-ARGS...
+    local globals=() up=() wait=0 timeout=120 detached=0
+    while [ "$1" != -- ]; do globals+=("$1"); shift; done
+    shift
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --wait) wait=1 ;;
+            --wait-timeout) timeout="${2:?--wait-timeout needs seconds}"; shift ;;
+            --wait-timeout=*) timeout="${1#--wait-timeout=}" ;;
+            -d|--detach) detached=1; up+=("$1") ;;
+            *) up+=("$1") ;;
+        esac
+        shift
+    done
+    if [ $wait = 0 ]; then
+        podman-compose "${globals[@]}" up "${up[@]}"
+        return
+    fi
+    [ $detached = 1 ] || up=(-d "${up[@]}")  # --wait implies detached, as with docker compose
+    podman-compose "${globals[@]}" up "${up[@]}" || return
+    local deadline=$(( $(date +%s) + timeout )) id waiting
+    while :; do
+        waiting=()
+        for id in $(podman-compose "${globals[@]}" ps -q 2>/dev/null); do
+            [ -n "$(podman inspect -f '{{if .Config.Healthcheck}}yes{{end}}' "$id" 2>/dev/null)" ] || continue
+            podman healthcheck run "$id" >/dev/null 2>&1 && continue
+            if [ "$(podman inspect -f '{{.State.Running}}' "$id" 2>/dev/null)" != true ]; then
+                podman logs --tail 40 "$id" >&2 || true
+                die "container $id exited before it was healthy"
+            fi
+            waiting+=("$id")
+        done
+        [ ${#waiting[@]} -gt 0 ] || return 0
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            die "not healthy after ${timeout}s: $(podman inspect -f '{{.Name}}' "${waiting[@]}" | tr '\n' ' ')"
+        fi
+        sleep 0.2
+    done
 }
 
 cmd_compose_example() {
@@ -302,6 +385,6 @@ case "$cmd" in
     compose-example) cmd_compose_example "$@" ;;
     podman) use_conf; exec podman "$@" ;;
     env) use_conf; printf 'export CONTAINERS_CONF=%q\n' "$CONF" ;;
-    help|-h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' ;;
+    help|-h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command: $cmd (try: $0 help)" ;;
 esac

@@ -41,6 +41,7 @@ EXPENSIVE_FIXTURES = {
     "podman_env": "podman installed and three images built (tests/test_container.py)",
     "docs_run": "a fresh virtualenv with the package installed (tests/test_docs_examples.py)",
     "bombs": "200 MiB decompression bombs for every codec (tests/records/test_streaming.py)",
+    "jks_stores": "JKS stores made by keytool, a JVM start per call (tests/test_tls_jks.py)",
 }
 
 

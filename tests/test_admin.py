@@ -316,7 +316,8 @@ def test_describe_configs_errors(wire, minibroker):
         },
     )
     assert [x.error_code for x in r.results] == [3, 17, 42, 0, 42]
-    assert r.results[3].configs == []  # no cluster-wide dynamic defaults yet
+    # the only cluster-wide dynamic default is the min.insync.replicas ELR keeps (KIP-966)
+    assert [(c.name, c.config_source) for c in r.results[3].configs] == [("min.insync.replicas", 3)]
 
 
 def test_kafka_python_alter_configs_replaces_and_applies_live(minibroker, admin, topic_name):
@@ -475,7 +476,7 @@ def test_broker_dynamic_configs_apply_to_topics(minibroker_factory):
             },
         )
         assert [(c.name, c.value, c.config_source) for c in r.results[0].configs] == [
-            ("log.retention.ms", "123456", 3)
+            ("min.insync.replicas", "1", 3), ("log.retention.ms", "123456", 3)
         ]
         retention = {c.name: c for c in _topic_configs(wire, "follows").configs}["retention.ms"]
         assert (retention.value, retention.config_source) == ("123456", 3)
@@ -686,6 +687,110 @@ def test_confluent_admin_client(minibroker, topic_name):
     with pytest.raises(confluent_kafka.KafkaException) as exc:
         gone.result(10)
     assert exc.value.args[0].code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_confluent_describe_configs_reports_the_cluster_min_isr_as_kafka_4_1(minibroker_factory, tmp_path):
+    # KIP-966: with eligible.leader.replicas.version 1 finalized (as minibroker advertises), Kafka 4.1+
+    # keeps a cluster-level min.insync.replicas (the static value, written once) that every topic
+    # inherits as DYNAMIC_DEFAULT_BROKER_CONFIG: confluent-kafka-python's test_incremental_alter_configs
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    data_dir = str(tmp_path / "data")  # made by the broker's first start, which saves the value
+    broker = minibroker_factory(data_dir=data_dir)
+    with open(os.path.join(data_dir, "minibroker-dynamic-configs.json")) as f:
+        assert '"min.insync.replicas": "1"' in f.read()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    for name in ("ck-cfg-1", "ck-cfg-2"):
+        admin.create_topics([NewTopic(name, 2, 1, config={"compression.type": "gzip"})])[name].result(10)
+
+    def non_default(resource):
+        configs = admin.describe_configs([resource])[resource].result(10)
+        return sorted(str(e) for e in configs.values() if not e.is_default)
+
+    def alter(resource):
+        admin.incremental_alter_configs([resource])[resource].result(10)
+
+    res1 = ConfigResource("topic", "ck-cfg-1", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+        ConfigEntry("retention.ms", "10000", incremental_operation=AlterConfigOpType.SET)])
+    res2 = ConfigResource("topic", "ck-cfg-2", incremental_configs=[
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT),
+        ConfigEntry("retention.ms", "5000", incremental_operation=AlterConfigOpType.SET)])
+    alter(res1)
+    alter(res2)
+    assert non_default(res1) == ['cleanup.policy="delete,compact"', 'compression.type="gzip"',
+                                 'min.insync.replicas="1"', 'retention.ms="10000"']
+    assert non_default(res2) == ['cleanup.policy=""', 'compression.type="gzip"', 'min.insync.replicas="1"',
+                                 'retention.ms="5000"']
+    entry = admin.describe_configs([res1])[res1].result(10)["min.insync.replicas"]
+    dynamic_default = confluent_kafka.admin.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    assert entry.source == dynamic_default
+    with WireClient(broker.host, broker.port) as wire:  # confluent-kafka keeps one synonym per name
+        (entry,) = _topic_configs(wire, "ck-cfg-1", ["min.insync.replicas"]).configs
+    assert [(s.value, s.source) for s in entry.synonyms] == [("1", 3), ("1", 5)]
+
+    # the cluster-level value cannot be removed, a broker-level one not set, as Kafka refuses them
+    # (confluent-kafka cannot name the cluster's empty broker resource: the wire client does)
+    def alter_broker(name, op, value):
+        with WireClient(broker.host, broker.port) as wire:
+            r = wire.request(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [{
+                "resource_type": BROKER, "resource_name": name,
+                "configs": [{"name": "min.insync.replicas", "config_operation": op, "value": value}]}]})
+        return r.responses[0].error_code, r.responses[0].error_message
+
+    assert alter_broker("", 1, None) == (40, "Cluster-level min.insync.replicas cannot be removed while ELR "
+                                             "is enabled.")
+    node = str(broker.broker.node_id)
+    change = ConfigResource("broker", node, incremental_configs=[
+        ConfigEntry("min.insync.replicas", "1", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(confluent_kafka.KafkaException) as exc:
+        alter(change)
+    assert exc.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+    assert exc.value.args[0].str() == ("Broker-level min.insync.replicas cannot be altered while ELR is "
+                                       "enabled.")
+    with WireClient(broker.host, broker.port) as wire:  # the legacy form would drop it: refused too
+        r = wire.request(ALTER_CONFIGS, 2, {"validate_only": False, "resources": [{
+            "resource_type": BROKER, "resource_name": "",
+            "configs": [{"name": "log.retention.ms", "value": "100000"}]}]})
+        assert (r.responses[0].error_code, r.responses[0].error_message) == (
+            40, "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")
+    assert alter_broker("", 0, "2") == (0, None)  # a SET at cluster level is what changes it
+    assert admin.describe_configs([res1])[res1].result(10)["min.insync.replicas"].value == "2"
+
+    # written once: a later start with another static value keeps the cluster-level one, as Kafka does
+    broker.stop()
+    broker = minibroker_factory({"min.insync.replicas": "3"}, data_dir=data_dir)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    entry = admin.describe_configs([res2])[res2].result(10)["min.insync.replicas"]
+    assert (entry.value, entry.source) == ("2", dynamic_default)
+    with WireClient(broker.host, broker.port) as wire:
+        (entry,) = _topic_configs(wire, "ck-cfg-2", ["min.insync.replicas"]).configs
+    assert [(s.value, s.source) for s in entry.synonyms] == [("2", 3), ("3", 4), ("1", 5)]
+
+
+def test_a_saved_broker_level_min_isr_gives_way_to_the_cluster_level_one(minibroker_factory, tmp_path):
+    # Kafka enabling ELR removes every broker-level min.insync.replicas and keeps (or writes) the
+    # cluster-level one: a data dir saved by a broker without ELR starts the same way
+    import json
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    saved = data_dir / "minibroker-dynamic-configs.json"
+    saved.write_text(json.dumps({"broker": {"min.insync.replicas": "2", "message.max.bytes": "5000"},
+                                 "cluster_default": {}}))
+    broker = minibroker_factory({"min.insync.replicas": "3"}, data_dir=str(data_dir))
+    assert json.loads(saved.read_text()) == {"broker": {"message.max.bytes": "5000"},
+                                             "cluster_default": {"min.insync.replicas": "3"}}
+    node = str(broker.broker.node_id)
+    with WireClient(broker.host, broker.port) as wire:
+        resource = {"resource_type": BROKER, "resource_name": node,
+                    "configuration_keys": ["min.insync.replicas"]}
+        r = wire.request(DESCRIBE_CONFIGS, 4, {"include_synonyms": True, "include_documentation": False,
+                                               "resources": [resource]})
+    (entry,) = r.results[0].configs
+    assert (entry.value, entry.config_source) == ("3", 3)
+    assert [(s.value, s.source) for s in entry.synonyms] == [("3", 3), ("3", 4), ("1", 5)]
 
 
 def test_empty_cleanup_policy_is_accepted(minibroker, wire, topic_name):

@@ -49,9 +49,10 @@ def read_layers(text: str) -> list[list[str]]:
 
 
 def package_modules(root: pathlib.Path, package: str) -> dict[str, pathlib.Path]:
-    """Dotted module name -> file, for every .py file of ``package`` (a directory under ``root``)."""
+    """Dotted module name -> file, for every .py file of ``package`` (a directory under ``root``), and
+    every .c file (the source of an extension module: the record layer's accelerator)."""
     modules = {}
-    for path in sorted((root / package).rglob("*.py")):
+    for path in sorted([*(root / package).rglob("*.py"), *(root / package).rglob("*.c")]):
         parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -91,6 +92,9 @@ def import_graph(root: pathlib.Path, package: str) -> dict[str, dict[str, int]]:
     for module, path in modules.items():
         here = module if path.name == "__init__.py" else module.rpartition(".")[0]
         edges: dict[str, int] = {}
+        if path.suffix == ".c":  # an extension module: it imports nothing of the package
+            graph[module] = edges
+            continue
         for origin, names, line in _imports(ast.parse(path.read_text(), str(path)), here):
             if origin != package and not origin.startswith(package + "."):
                 continue

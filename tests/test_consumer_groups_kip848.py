@@ -14,8 +14,6 @@ from minibroker.coordinator.assignors import range_assign, uniform_assign
 from minibroker.coordinator.consumer_group import (
     ConsumerMember,
     MemberState,
-    RegexError,
-    compile_re2,
     reconcile,
 )
 from minibroker.coordinator.group_records import (
@@ -30,6 +28,7 @@ from minibroker.coordinator.group_records import (
     encode_member_metadata_value,
     encode_partition_metadata_value,
 )
+from minibroker.coordinator.topic_regex import PositionSetMatcher, RegexError, compile_re2, translate_re2
 from minibroker.errors import ErrorCode as E
 from minibroker.protocol.codec import Struct
 from minibroker.testing import BrokerRunner
@@ -170,6 +169,111 @@ def test_regex_subscription_picks_up_new_topic(broker):
                     "the new topic the regex matches", timeout=30)
     finally:
         c.close()
+
+
+class _RebalanceEvents:
+    """A consumer's rebalance callbacks as librdkafka's tests 0033 and 0045 see them: each ASSIGN or
+    REVOKE event with its partitions, awaited one at a time."""
+
+    def __init__(self, consumer: Consumer):
+        self.consumer = consumer
+        self.events: list[tuple[str, set[tuple[str, int]]]] = []
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.consumer.subscribe(topics, on_assign=self._assign, on_revoke=self._revoke)
+
+    def _assign(self, consumer, partitions) -> None:
+        self.events.append(("assign", {(tp.topic, tp.partition) for tp in partitions}))
+        consumer.incremental_assign(partitions)
+
+    def _revoke(self, consumer, partitions) -> None:
+        self.events.append(("revoke", {(tp.topic, tp.partition) for tp in partitions}))
+        consumer.incremental_unassign(partitions)
+
+    def next(self, timeout: float = 30.0) -> tuple[str, set[tuple[str, int]]]:
+        deadline = time.monotonic() + timeout
+        while not self.events and time.monotonic() < deadline:
+            self.consumer.poll(0.1)
+        assert self.events, f"no rebalance event in {timeout:.0f} s"
+        return self.events.pop(0)
+
+    def quiet(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.consumer.poll(0.1)
+        assert self.events == [], f"unexpected rebalance events {self.events}"
+
+
+def _partitions(*topics: tuple[str, int]) -> set[tuple[str, int]]:
+    return {(t, p) for t, count in topics for p in range(count)}
+
+
+@pytest.mark.slow  # one heartbeat interval or more per step, and a quiet spell
+def test_librdkafka_0033_regex_subscribe(broker):
+    # librdkafka's tests/0033-regex_subscribe.c do_test, one consumer through every subscription
+    gid = f"g{uuid.uuid4().hex[:8]}"
+    topics = [f"regex_subscribe_TOPIC_0001_UNO_{gid}", f"regex_subscribe_topic_0002_dup_{gid}",
+              f"regex_subscribe_TOOTHPIC_0003_3_{gid}"]
+    for t in topics:
+        broker.create_topic(t, 1)
+    nonexistent = f"regex_subscribe_NONEXISTENT_0004_IV#!_{gid}"
+    events = _RebalanceEvents(Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": gid,
+                                        "group.protocol": "consumer"}))
+    cases = [
+        ([topics[0], topics[1]], [topics[0], topics[1]]),
+        ([nonexistent], []),
+        ([f"^.*_{gid}"], topics),
+        ([f"^.*[tToOpPiIcC]_0+[12]_[^_]+_{gid}"], [topics[0], topics[1]]),
+        ([f"^.*TOOTHPIC_000._._{gid}"], [topics[2]]),
+        ([f"^.*_000[34]_..?_{gid}"], [topics[2]]),
+        # sent as one SubscribedTopicRegex, (^.*regex_subscribe_to.*)|(^.*regex_subscribe_TOO.*)
+        (["^.*regex_subscribe_to.*", "^.*regex_subscribe_TOO.*"], [topics[1], topics[2]]),
+    ]
+    try:
+        for subscription, expected in cases:
+            events.subscribe(subscription)
+            if expected:
+                assert events.next() == ("assign", _partitions(*((t, 1) for t in expected))), subscription
+            else:
+                events.quiet(2)
+            events.consumer.unsubscribe()
+            if expected:
+                assert events.next()[0] == "revoke", subscription
+        with pytest.raises(confluent_kafka.KafkaException) as exc:  # a broken regex: refused locally
+            events.subscribe(["^.*[0"])
+        assert exc.value.args[0].code() == confluent_kafka.KafkaError._INVALID_ARG
+    finally:
+        events.consumer.close()
+
+
+@pytest.mark.slow  # a heartbeat interval or more per step
+def test_librdkafka_0045_resubscribe_with_regex(broker):
+    # librdkafka's tests/0045-subscribe_update.c do_test_resubscribe_with_regex, KIP-848 branch: a
+    # new regex is resolved after the heartbeat that brings it, so the named topic comes first
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    topic1, topic2, topic_a = f"{prefix}_topic_regex1", f"{prefix}_topic_regex2", f"{prefix}_topic_a"
+    broker.create_topic(topic1, 4)
+    broker.create_topic(topic2, 4)
+    broker.create_topic(topic_a, 2)
+    regex = f"^{prefix}.*topic_regex.*"
+    events = _RebalanceEvents(Consumer({"bootstrap.servers": broker.bootstrap_servers,
+                                        "group.id": f"group_test_sub_regex_{prefix}",
+                                        "group.protocol": "consumer"}))
+    steps = [
+        ([topic1], [_partitions((topic1, 4))]),
+        ([topic2], [_partitions((topic2, 4))]),
+        ([regex], [_partitions((topic1, 4), (topic2, 4))]),
+        ([regex, topic_a], [_partitions((topic_a, 2)), _partitions((topic1, 4), (topic2, 4))]),
+    ]
+    try:
+        for subscription, assignments in steps:
+            events.subscribe(subscription)
+            for expected in assignments:
+                assert events.next() == ("assign", expected), subscription
+            events.consumer.unsubscribe()
+            assert events.next()[0] == "revoke", subscription
+    finally:
+        events.consumer.close()
 
 
 def test_committed_offsets_survive_restart(tmp_path):
@@ -539,6 +643,10 @@ def test_reconcile_revokes_before_assigning():
     ("[[:digit:]]+", ["123"], ["12a"]),
     ("(?<name>ab)c", ["abc"], ["ab"]),
     ("(?i)topic", ["TOPIC"], ["topics"]),
+    # RE2 takes flags anywhere, for the rest of the group, alternatives included
+    ("x(?i)y", ["xY"], ["XY"]),
+    ("(a(?i)b|c)d", ["aBd", "Cd"], ["ABd", "aBD"]),
+    ("a{,3}", ["a{,3}"], ["aaa"]),  # not a repetition in RE2: literal
 ])
 def test_re2_translation(pattern, matches, misses):
     regex = compile_re2(pattern)
@@ -546,11 +654,71 @@ def test_re2_translation(pattern, matches, misses):
     assert not any(regex.fullmatch(t) for t in misses)
 
 
-@pytest.mark.parametrize("pattern", ["(?=a)", "(?<!a)b", "(a)\\1", "a++", "(?>a)", "(", "[a", "\\pL",
-                                     "(?U)a", "(a+)+b", "(a|aa)*b", "a*b*c*d*"])
+@pytest.mark.parametrize("pattern", ["(?=a)", "(?<!a)b", "(a)\\1", "a++", "(?>a)", "(", "[a", "a{1001}",
+                                     "a{2,1001}", "\\Z", "\\pQ", "\\p{Greekish}", "(?-)a"])
 def test_re2_rejects(pattern):
     with pytest.raises(RegexError):
         compile_re2(pattern)
+
+
+@pytest.mark.parametrize("pattern,matches,misses", [
+    # RE2/J takes these; Python's engine could backtrack on them for long, so they are matched by walking
+    # position sets (INVALID_REGULAR_EXPRESSION before)
+    ("(^.*aa.*)|(^.*bb.*)", ["xaay", "bb"], ["ab", "abab"]),
+    ("(a+)+b", ["aab"], ["a" * 60]),
+    ("(a|aa)*b", ["aaab", "b"], ["a" * 60 + "c"]),
+    ("a*b*c*d*", ["", "abcd", "aacd"], ["dcba"]),
+    (".*a.*b.*c.*d.*e", ["abcde", "xaxbxcxdxe"], ["x" * 240 + "abcd"]),
+    ("(?U)a+b", ["aab"], ["ba"]),
+    ("\\pL+[\\p{Nd}_]\\PL", ["ab_1", "Q99"], ["ab_c", "1_1"]),
+    ("(?i)(TOP|sub)\\b.*", ["top", "SUB.x"], ["topx"]),
+    ("(a?){60}a{60}c", ["a" * 60 + "c"], ["a" * 120 + "b"]),  # the classic exponential one
+    ("(.*a){20}c", ["a" * 20 + "c"], ["a" * 200 + "b"]),
+    ("(a|aa)(a|aa)(a|aa)(a|aa)c", ["aaaac", "aaaaaaaac"], ["a" * 9 + "c", "a" * 200]),
+])
+def test_re2_patterns_python_would_backtrack_on(pattern, matches, misses):
+    regex = compile_re2(pattern)
+    assert all(regex.fullmatch(t) for t in matches)
+    assert not any(regex.fullmatch(t) for t in misses)
+
+
+def test_position_sets_agree_with_python_re():
+    # the non-backtracking matcher answers as Python's engine on the same translated source
+    patterns = ["a*b", "(a|b)*c?", "x{2,3}y", "[^a-c]+", "(?i)ab[cd]", "^a.c$", "\\bfoo\\B.*", "(ab|a)(bc|c)",
+                "[\\w.-]{1,5}", "(?:a{0,2}b)+", "\\d+\\D\\s?", "(a*)*", "(x|xy)z*?"]
+    names = ["", "a", "b", "ab", "abc", "aab", "xxy", "xxxy", "ABC", "Abd", "abcc", "foo", "foox", "foo.x",
+             "a.c", "ac", "abcz", "a-b.c", "12x", "12 ", "aabab", "xyzz", "bbbc", "dd"]
+    for pattern in patterns:
+        source, _ = translate_re2(pattern)
+        walked, backtracked = PositionSetMatcher(source), re.compile(source, re.ASCII)
+        for name in names:
+            assert bool(walked.fullmatch(name)) == bool(backtracked.fullmatch(name)), (pattern, name)
+
+
+def test_position_sets_agree_with_python_re_on_random_patterns():
+    # small random patterns over a two-letter alphabet, every name up to five letters: both engines agree
+    import itertools
+    import random
+
+    rng = random.Random(848)
+
+    def pattern(depth: int) -> str:
+        roll = rng.random()
+        if depth == 0 or roll < 0.3:
+            return rng.choice(["a", "b", ".", "[ab]", "[^a]", "^", "$", "\\b"])
+        if roll < 0.55:
+            return pattern(depth - 1) + pattern(depth - 1)
+        if roll < 0.7:
+            return f"({pattern(depth - 1)}|{pattern(depth - 1)})"
+        atom = f"(?:{pattern(depth - 1)})"
+        return atom + rng.choice(["*", "+", "?", "{2}", "{0,2}", "{1,}", "*?"])
+
+    names = ["".join(letters) for size in range(6) for letters in itertools.product("ab", repeat=size)]
+    for _ in range(300):
+        source = pattern(4)
+        walked, backtracked = PositionSetMatcher(source), re.compile(source, re.ASCII)
+        for name in names:
+            assert bool(walked.fullmatch(name)) == bool(backtracked.fullmatch(name)), (source, name)
 
 
 def test_consumer_group_records_round_trip():

@@ -3,8 +3,9 @@
 Builds the image (the debootstrapped base tagged python:3.11-slim is cached between runs on a machine),
 starts it with a published port, waits for its Kafka-protocol healthcheck, produces and consumes through
 the published port with every codec, stops it (SIGTERM must be handled: a clean exit well within a
-second of broker time), restarts it on the same volume, then runs the compose example, and its SASL_SSL
-variant (examples/compose-sasl-ssl), until the app service exits 0. Skipped only where podman cannot be
+second of broker time), restarts it, then runs the compose example, and its SASL_SSL variant
+(examples/compose-sasl-ssl), until the app service exits 0, and a user's compose file from its own project
+directory through ``scripts/container.sh compose``. Skipped only where podman cannot be
 installed, or in a local run with MINIBROKER_SKIP_CONTAINER=1 (never under CI: tests/suite_switches.py),
 which installs and builds nothing.
 """
@@ -171,7 +172,7 @@ def test_image_metadata(podman_env):
     info = json.loads(podman(podman_env, "image", "inspect", IMAGE).stdout)[0]
     config = info["Config"]
     assert config["User"] not in ("", "0", "root", "0:0")
-    assert "/var/lib/minibroker" in config["Volumes"]
+    assert not config.get("Volumes"), "a VOLUME gives every container an anonymous volume left behind"
     assert "9092/tcp" in config["ExposedPorts"]
     assert config["StopSignal"] == "SIGTERM"
     assert config["Entrypoint"] == ["minibroker", "serve"]
@@ -203,7 +204,7 @@ def test_image_serves_through_published_port_and_stops_fast(podman_env, capsys):
         FIGURES["produce_consume_s"] = time.monotonic() - t1
         assert got == sent
 
-        # The data lands in the volume, written by the non-root user.
+        # The data lands in the data directory, written by the non-root user.
         owner = podman(env, "exec", name, "stat", "-c", "%u", f"/var/lib/minibroker/{topic}-0").stdout.strip()
         assert owner == "1000"
 
@@ -216,7 +217,7 @@ def test_image_serves_through_published_port_and_stops_fast(podman_env, capsys):
         assert state["ExitCode"] == 0, f"unclean exit {state['ExitCode']}:\n{logs.stderr[-3000:]}"
         assert FIGURES["stop_s"] < STOP_LIMIT_S, f"podman stop took {FIGURES['stop_s']:.2f} s"
 
-        # Restart on the same volume: the log is recovered and served again.
+        # Restart the same container: the log is recovered and served again.
         t2 = time.monotonic()
         podman(env, "start", name)
         wait_healthy(env, name)
@@ -252,3 +253,88 @@ def test_compose_sasl_ssl_example_app_succeeds(podman_env, capsys):
     assert r.returncode == 0, (f"SASL_SSL compose example failed ({r.returncode}):\n"
                                f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     assert "over SASL_SSL" in r.stdout and "consumed all 100 messages" in r.stdout
+
+
+USER_COMPOSE = """\
+services:
+  kafka:
+    image: minibroker:latest
+    ports: ["127.0.0.1:{port}:{port}"]
+    environment:
+      KAFKA_LISTENERS: INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:{port}
+      KAFKA_ADVERTISED_LISTENERS: INTERNAL://kafka:9092,EXTERNAL://127.0.0.1:{port}
+      KAFKA_LISTENER_SECURITY_PROTOCOL_MAP: INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT
+    volumes:
+      - data:/var/lib/minibroker
+    healthcheck:
+      test: ["CMD-SHELL", "minibroker healthcheck --quiet --bootstrap-server 127.0.0.1:9092"]
+      interval: 2s
+      timeout: 5s
+      retries: 15
+    depends_on: [cache]
+  cache:
+    image: {volume_image}
+volumes:
+  data:
+"""
+# a service whose image declares a VOLUME, as many images do: podman gives its container an anonymous
+# volume, which podman-compose's own `down -v` leaves behind
+VOLUME_IMAGE_FILE = """\
+FROM docker.io/library/python:3.11-slim
+VOLUME /data
+STOPSIGNAL SIGKILL
+CMD ["sleep", "600"]
+"""
+
+
+def test_compose_from_a_project_directory(podman_env, tmp_path, capsys):
+    """``scripts/container.sh compose`` on a user's compose file, run from the user's project directory
+    outside the checkout: ``up -d --wait kafka`` finds the service and returns once it is healthy (the host
+    reaches it on its EXTERNAL listener), ``down -v`` removes the project's containers and every volume
+    they had, the file's named one and the anonymous one of an image that declares a VOLUME."""
+    project_dir = tmp_path / f"shop-{os.getpid()}"  # the project: podman-compose names it after the directory
+    project_dir.mkdir()
+    volume_image = f"localhost/minibroker-test-volume-image:{uuid.uuid4().hex[:8]}"
+    (tmp_path / "Containerfile").write_text(VOLUME_IMAGE_FILE)
+    podman(podman_env, "build", "-q", "-t", volume_image, "-f", str(tmp_path / "Containerfile"),
+           str(tmp_path))
+    port = unassigned_port()
+    (project_dir / "compose.yaml").write_text(USER_COMPOSE.format(port=port, volume_image=volume_image))
+    project = project_dir.name
+
+    def compose(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(SCRIPT), "compose", *args], capture_output=True, text=True,
+                              env=podman_env, timeout=timeout, cwd=project_dir)
+
+    def project_containers() -> list[str]:
+        return podman(podman_env, "ps", "-aq", "--filter", f"label=io.podman.compose.project={project}",
+                      check=False).stdout.split()
+
+    try:
+        t0 = time.monotonic()
+        up = compose("up", "-d", "--wait", "kafka")
+        FIGURES["compose_up_wait_s"] = time.monotonic() - t0
+        assert up.returncode == 0, f"compose up --wait failed:\n{up.stdout[-2000:]}\n{up.stderr[-3000:]}"
+        containers = project_containers()
+        assert len(containers) == 2, containers
+        kafka = podman(podman_env, "ps", "-q", "--filter", f"label=io.podman.compose.project={project}",
+                       "--filter", "label=com.docker.compose.service=kafka").stdout.split()
+        assert kafka and podman(podman_env, "healthcheck", "run", kafka[0], check=False).returncode == 0
+        volumes = podman(podman_env, "inspect", "-f", "{{range .Mounts}}{{.Name}} {{end}}",
+                         *containers).stdout.split()
+        assert len(volumes) == 2, volumes  # the file's named volume, the image's anonymous one
+
+        topic = f"project-{uuid.uuid4().hex[:8]}"
+        sent = produce_all_codecs(f"127.0.0.1:{port}", topic, per_codec=2)
+        assert consume(f"127.0.0.1:{port}", topic, len(sent)) == sent
+
+        down = compose("down", "-v")
+        assert down.returncode == 0, f"compose down -v failed:\n{down.stderr[-3000:]}"
+        assert project_containers() == []
+        left = set(podman(podman_env, "volume", "ls", "-q").stdout.split())
+        assert not left & set(volumes), f"compose down -v left volumes behind: {left & set(volumes)}"
+    finally:
+        if project_containers():
+            compose("down", "-v", "-t", "0", timeout=120)
+        podman(podman_env, "rmi", "-f", volume_image, check=False)
+        report(capsys)

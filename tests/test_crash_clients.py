@@ -322,7 +322,10 @@ def test_retried_batches_are_duplicates_after_kill_and_clean_restart():
             return c.request(22, 4, {"transactional_id": None, "transaction_timeout_ms": 1000}).producer_id
 
     def batch(pid: int, seq: int, n: int = 2) -> bytes:
-        rows = [(i, 1_700_000_000_000, None, b"%d-%d" % (pid, seq + i)) for i in range(n)]
+        # timestamps of now: a producer whose last batch is older than producer.id.expiration.ms (a
+        # day) is forgotten when a snapshot is loaded, as in Kafka
+        now = int(time.time() * 1000)
+        rows = [(i, now, None, b"%d-%d" % (pid, seq + i)) for i in range(n)]
         return build_records(2, rows, producer_id=pid, producer_epoch=0, base_sequence=seq)
 
     def produce(records: bytes) -> tuple[int, int]:

@@ -165,6 +165,12 @@ def test_files_of_a_running_broker(minibroker_factory):
     commits = [r for r in records
                if 'key: {"type":"1","data":{"group":"dump-group","topic":"orders","partition":0}}' in r]
     assert len(commits) == 1 and ' payload: {"version":"3","data":{"offset":12,' in commits[0]
+    # the commit's batch header as Kafka's group coordinator (CoordinatorRuntime) writes a plain one:
+    # no producer, base sequence 0
+    lines = out.stdout.splitlines()
+    batch = next(ln for ln in reversed(lines[:lines.index(commits[0])]) if ln.startswith("baseOffset:"))
+    assert " count: 1 baseSequence: 0 lastSequence: 0 producerId: -1 producerEpoch: -1 " in batch, batch
+    assert " isTransactional: false isControl: false " in batch
 
     segment = f"{broker.data_dir}/orders-0/00000000000000000000"
     out = dump_log("--verify-index-only", f"{segment}.index", f"{segment}.timeindex")
@@ -195,3 +201,145 @@ def test_files_of_a_running_broker(minibroker_factory):
     out = dump_log("--index-sanity-check", index)
     assert out.returncode == 1 and "CorruptIndexException: Index file " in out.stderr
     assert "neither positive nor a multiple of 8" in out.stderr
+
+
+def test_an_unwritten_index_says_why_its_mismatch_is_harmless(tmp_path):
+    """An active segment's indexes are preallocated with zeros and stay so until log.index.interval.bytes
+    of log: Kafka's checks report their first empty slot as a mismatch; the dump says why that is harmless,
+    and only then (a real mismatch gets no such line)."""
+    segment = tmp_path / "active" / "00000000000000000000"
+    segment.parent.mkdir()
+    first = v2.build_batch([(0, 10, b"k", b"v", ()), (1, 11, None, b"w", ())])
+    second = v2.build_batch([(2, 12, b"k", b"x", ()), (3, 13, None, b"y", ())], base_offset=2)
+    segment.with_suffix(".log").write_bytes(first + second)
+    segment.with_suffix(".index").write_bytes(bytes(8 * 10))
+    segment.with_suffix(".timeindex").write_bytes(bytes(12 * 10))
+    for suffix, report in ((".index", "Index offset: 0, log offset: 1"),
+                           (".timeindex", "Indexed offset: 0, found log offset: 1")):
+        out = dump_log(str(segment.with_suffix(suffix)))
+        assert out.returncode == 0
+        lines = out.stderr.splitlines()
+        assert report in lines[1], lines
+        assert lines[2].startswith("  (harmless: this index has no entry yet."), lines
+        assert len(lines) == 3
+
+    damaged = tmp_path / "damaged" / "00000000000000000000"
+    damaged.parent.mkdir()
+    damaged.with_suffix(".log").write_bytes(first + second)
+    damaged.with_suffix(".index").write_bytes(struct.pack(">ii", 1, len(first)) + bytes(8 * 9))
+    out = dump_log(str(damaged.with_suffix(".index")))
+    assert out.stderr.splitlines()[1:] == ["  Index offset: 1, log offset: 3"]
+
+
+def _offsets_records(broker) -> list[str]:
+    """The ``| offset:`` lines of ``--offsets-decoder`` over every non-empty __consumer_offsets segment."""
+    logs = [p for p in glob.glob(f"{broker.data_dir}/__consumer_offsets-*/*.log") if os.path.getsize(p)]
+    out = dump_log("--offsets-decoder", "--files", ",".join(logs))
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    return [ln for ln in out.stdout.splitlines() if ln.startswith("| offset:")]
+
+
+def _decoded(records: list[str], record_type: int) -> list[tuple[dict, dict | str]]:
+    """(key, payload) of each record of ``record_type``, parsed back from the printed JSON."""
+    import json
+
+    found = []
+    for line in records:
+        head, _, payload = line.partition(" payload: ")
+        key = head.partition(" key: ")[2]
+        if key.startswith("{") and json.loads(key)["type"] == str(record_type):
+            found.append((json.loads(key)["data"], payload if payload == "<DELETE>" else json.loads(payload)))
+    return found
+
+
+def test_kip848_and_share_group_records_of_a_running_broker(minibroker_factory):
+    """``--offsets-decoder`` on the records a broker writes for a consumer group (KIP-848, types 3-8)
+    and a share group (types 10-14): each printed as Kafka's JSON converters print it."""
+    from minibroker.protocol.codec import Struct
+    from minibroker.storage.checkpoints import uuid_to_str
+    from minibroker.tools.wire import WireClient
+
+    broker = minibroker_factory()
+    broker.create_topic("orders", 2)
+    with WireClient("127.0.0.1", broker.port, timeout=10) as c:
+        r = c.request(68, 1, Struct(
+            group_id="kip848", member_id="member-1", member_epoch=0, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=45000, subscribed_topic_names=["orders"], subscribed_topic_regex=None,
+            server_assignor=None, topic_partitions=[]))
+        assert r.error_code == 0
+        topic_id = r.assignment.topic_partitions[0].topic_id
+        s = c.request(76, 1, Struct(group_id="shared", member_id="share-member", member_epoch=0, rack_id=None,
+                                    subscribed_topic_names=["orders"]))
+        assert s.error_code == 0
+    broker.stop()
+    records = _offsets_records(broker)
+    tid = uuid_to_str(topic_id)
+
+    [(key, value)] = _decoded(records, 3)[-1:]
+    assert key == {"groupId": "kip848"} and value["version"] == "0" and value["data"]["epoch"] >= 1
+    members = _decoded(records, 5)
+    assert members and members[-1][0] == {"groupId": "kip848", "memberId": "member-1"}
+    data = members[-1][1]["data"]
+    assert list(data) == ["instanceId", "rackId", "clientId", "clientHost", "subscribedTopicNames",
+                          "subscribedTopicRegex", "rebalanceTimeoutMs", "serverAssignor"]
+    assert data["subscribedTopicNames"] == ["orders"] and data["rebalanceTimeoutMs"] == 45000
+    assert data["instanceId"] is None and data["clientHost"].startswith("/127.0.0.1")
+    assert _decoded(records, 6)[-1][1]["data"] == {"assignmentEpoch": value["data"]["epoch"]}
+    [(key, target)] = _decoded(records, 7)[-1:]
+    assert key["memberId"] == "member-1"
+    assert target["data"] == {"topicPartitions": [{"topicId": tid, "partitions": [0, 1]}]}
+    current = _decoded(records, 8)[-1][1]["data"]
+    assert current["assignedPartitions"] == [{"topicId": tid, "partitions": [0, 1]}]
+    assert current["partitionsPendingRevocation"] == [] and current["memberEpoch"] >= 1
+    assert list(current) == ["memberEpoch", "previousMemberEpoch", "state", "assignedPartitions",
+                             "partitionsPendingRevocation"]
+
+    share_member = _decoded(records, 10)[-1]
+    assert share_member[0] == {"groupId": "shared", "memberId": "share-member"}
+    assert share_member[1]["data"]["subscribedTopicNames"] == ["orders"]
+    share_group = _decoded(records, 11)[-1][1]["data"]
+    assert list(share_group) == ["epoch", "metadataHash"] and share_group["epoch"] >= 1
+    assert _decoded(records, 12)[-1][1]["data"] == {"assignmentEpoch": share_group["epoch"]}
+    share_target = _decoded(records, 13)[-1][1]["data"]["topicPartitions"]
+    assert share_target == [{"topicId": tid, "partitions": [0, 1]}]
+    assert _decoded(records, 14)[-1][1]["data"]["assignedPartitions"] == share_target
+    assert not [r for r in records if "Unknown record type" in r or "skipping" in r]
+
+
+def test_producer_snapshots_of_a_running_broker(minibroker_factory):
+    """The ``.snapshot`` files a broker writes (one per roll, one at close) dumped as Kafka's
+    ``dumpProducerIdSnapshot`` prints them: one line per producer, its last batch after lastTimestamp."""
+    import json
+
+    from kafka import KafkaProducer
+
+    broker = minibroker_factory()
+    broker.create_topic("idem", 1, {"segment.bytes": 1024})
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap_servers, enable_idempotence=True, acks="all",
+                             linger_ms=0)
+    for i in range(30):
+        producer.send("idem", b"value-%02d" % i, partition=0).get(timeout=30)
+    producer.close()
+    broker.stop()
+    part = os.path.join(broker.data_dir, "idem-0")
+    snapshots = sorted(os.path.join(part, n) for n in os.listdir(part) if n.endswith(".snapshot"))
+    assert len(snapshots) > 2  # the rolls' and the close's
+    first, last = snapshots[0], snapshots[-1]
+    out = dump_log(first, last)
+    assert out.returncode == 0 and out.stderr == ""
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"Dumping {first}" and lines[2] == f"Dumping {last}" and len(lines) == 4
+    end = int(os.path.basename(last)[:20])
+    for line, through in ((lines[1], int(os.path.basename(first)[:20])), (lines[3], end)):
+        fields = line.split(" ")
+        pairs = dict(zip(fields[0::2], fields[1::2], strict=False))
+        assert list(pairs)[:5] == ["producerId:", "producerEpoch:", "coordinatorEpoch:",
+                                   "currentTxnFirstOffset:", "lastTimestamp:"]
+        assert pairs["producerEpoch:"] == "0" and pairs["coordinatorEpoch:"] == "-1"
+        assert pairs["currentTxnFirstOffset:"] == "OptionalLong.empty"
+        # the producer's last batch below the snapshot's offset: one record a batch, sequence = offset
+        assert pairs["lastOffset:"] == str(through - 1) == pairs["lastSequence:"] == pairs["firstSequence:"]
+        assert pairs["offsetDelta:"] == "0" and pairs["timestamp:"] == pairs["lastTimestamp:"]
+    assert end == 30
+    objs = [json.loads(ln) for ln in dump_log("--json", last).stdout.splitlines()]
+    assert objs[1]["lastSequence"] == 29 and objs[1]["currentTxnFirstOffset"] is None

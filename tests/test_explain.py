@@ -338,6 +338,64 @@ def test_segment_file_argument_and_offset_flag(minibroker_factory, tab, tmp_path
     assert page.problems() == []
 
 
+def test_max_search_probes_is_the_longest_search():
+    from minibroker.tools.explain import max_search_probes
+
+    for n in range(0, 130):
+        index = [(10 * i, 100 * i) for i in range(n)]
+        longest = max((len(binary_search_probes(index, offset)) for offset in range(-1, 10 * n + 1)),
+                      default=0)
+        assert max_search_probes(n) == longest, n
+
+
+# words a page must never show: a JavaScript value written as text, or a count of one in the plural
+PAGE_TEXT_GLITCH = re.compile(r"\b(null|undefined|NaN)\b|(?<![\d,.])1 (entries|probes|batches|bytes|records|"
+                              r"messages|rows|segments)\b")
+
+
+def test_header_counts_and_reported_size(minibroker_factory, tab, tmp_path, capsys):
+    """The header shows only the facts that apply (no "null" for a partition the cleaner never saw),
+    counts agree in number ("1 entry", "0 entries"), an index's search takes floor(log2 n) + 1 probes
+    (none when it is empty), and "wrote FILE (N bytes)" is the file's size in bytes."""
+    broker = minibroker_factory()
+    broker.create_topic("one-batch", 1)  # one batch: no index entry (the first batch is never indexed)
+    broker.create_topic("two-batches", 1, {"index.interval.bytes": "1"})  # the second batch is indexed
+    produce_batches(broker.bootstrap_servers, "one-batch", 1)
+    for _ in range(2):
+        produce_batches(broker.bootstrap_servers, "two-batches", 1)  # one record: one batch
+    for topic, entries, index_text in (
+            ("one-batch", 0, ["0 entries of 8 bytes", "need no entry yet"]),
+            ("two-batches", 1, ["1 entry of 8 bytes", "need only 1 entry,",
+                                "at most 1 probe (⌊log₂ 1⌋ + 1)"])):
+        partition = os.path.join(broker.data_dir, f"{topic}-0")
+        assert len(read_index(os.path.join(partition, "00000000000000000000.index"))) == entries
+        batches = read_log(os.path.join(partition, "00000000000000000000.log"))
+        out = tmp_path / f"{topic}.html"
+        capsys.readouterr()
+        assert explain(partition, "-o", out) == 0
+        wrote = re.match(r"wrote (\S+) \((\d+) bytes\): ", capsys.readouterr().out)
+        assert wrote and wrote.group(1) == str(out)
+        assert int(wrote.group(2)) == os.path.getsize(out)  # the page has non-ASCII text: bytes != characters
+        page = tab(out.as_uri())
+        facts = page.page.inner_text("#facts")
+        lines = [line.strip() for line in facts.splitlines() if line.strip()]
+        assert lines[0] == "log start offset 0" and lines[1].startswith("from "), lines
+        assert lines[2:4] == [f"high watermark = log end offset {batches[-1][4] + 1}",
+                              "single node: the HW follows the last batch's last offset + 1 at once"], lines
+        assert lines[4] == "segments 1" and "cleaner checkpoint" not in facts, lines
+        text = page.page.inner_text("body")
+        assert not PAGE_TEXT_GLITCH.search(text), PAGE_TEXT_GLITCH.search(text)
+        for expected in index_text:
+            assert expected in text, expected
+        assert f"{len(batches)} batch{'' if len(batches) == 1 else 'es'} at positions" in text
+        looked_up = page.lookup(batches[-1][3])
+        probes = len(binary_search_probes(read_index(os.path.join(partition, "00000000000000000000.index")),
+                                          batches[-1][3]))
+        assert f": {probes} probe{'' if probes == 1 else 's'}" in page.page.inner_text("#lookup-result")
+        assert looked_up["targets"] == [batches[-1][0]]
+        assert page.problems() == []
+
+
 # ---------------------------------------------------------------------------------------------
 # v0/v1 entries, built with the record layer's builders
 

@@ -10,7 +10,8 @@ re-CRC'd, compressed batches mutated through their codec, decompression bombs, p
 frames written a few bytes at a time. After each one: the answers came in order and decode (or the
 broker closed the connection where it had to), nothing hung, a fresh connection's ApiVersions
 answers, nothing was logged at ERROR or with a traceback, and the records produced before fuzzing
-read back byte for byte.
+read back byte for byte. Each example runs on one path of the record layer, chosen by its bytes: the
+C accelerator (where it is built) or pure Python (issue 29).
 
 The oracle's own tests plant each kind of fault (a handler that raises, one that never answers, a
 byte changed on disk, a dead port) and show it is reported. scripts/fuzz.py runs the same machinery
@@ -24,6 +25,7 @@ import os
 import socket
 import struct
 import time
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -31,7 +33,7 @@ from hypothesis import strategies as st
 
 from minibroker.handlers.registry import HANDLERS
 from minibroker.protocol import codec
-from minibroker.records import Compression, build_records
+from minibroker.records import Compression, accelerator, build_records
 from minibroker.testing import BrokerRunner
 from minibroker.tools.wire import WireClient
 
@@ -49,6 +51,8 @@ from fuzzing.harness import (
 from fuzzing.mutate import Bombs, HypothesisChooser, MutationConfig, RandomChooser, make_exchange
 from fuzzing.walk import walk_request
 
+# The record layer's paths the examples share: the C accelerator where it is built, and pure Python
+RECORD_PATHS = ["c", "python"] if accelerator.extension is not None else ["python"]
 CORPUS = os.path.join(os.path.dirname(__file__), "data", "fuzz_client_frames.txt")
 EXAMPLES = 2000
 
@@ -71,6 +75,7 @@ class FuzzEnv:
             protection=self.oracle.protection(),
         )
         self.outcomes: dict[str, int] = {}
+        self.paths: dict[str, int] = {}  # examples run on each path of the record layer
 
     def close(self) -> None:
         self.client.close()
@@ -96,11 +101,21 @@ def fuzz_env():
 @pytest.mark.slow
 def test_mutated_requests(fuzz_env, data):
     exchange = make_exchange(HypothesisChooser(data), fuzz_env.seeds, fuzz_env.cfg)
-    outcome = fuzz_env.client.run(exchange.chunks)
+    # The record layer's path for this exchange (issue 29), about half the examples each where the C
+    # accelerator is built: a function of the exchange's bytes, so that a failing example replays
+    # on its path (and the examples stay those of the draws above). The broker runs in this process:
+    # the switch reaches its appends.
+    path = RECORD_PATHS[zlib.crc32(b"".join(exchange.chunks)) % len(RECORD_PATHS)]
+    was = accelerator.use_accelerator(path == "c")
+    try:
+        outcome = fuzz_env.client.run(exchange.chunks)
+        problems = fuzz_env.oracle.check(data=True)
+    finally:
+        accelerator.use_accelerator(was)
     fuzz_env.outcomes[outcome.kind] = fuzz_env.outcomes.get(outcome.kind, 0) + 1
-    problems = fuzz_env.oracle.check(data=True)
-    assert not outcome.failed, (outcome, exchange.notes)
-    assert not problems, (problems, exchange.notes)
+    fuzz_env.paths[path] = fuzz_env.paths.get(path, 0) + 1
+    assert not outcome.failed, (path, outcome, exchange.notes)
+    assert not problems, (path, problems, exchange.notes)
 
 
 def test_the_fuzz_run_reached_the_handlers(fuzz_env):
@@ -109,6 +124,8 @@ def test_the_fuzz_run_reached_the_handlers(fuzz_env):
     counts = fuzz_env.outcomes
     if sum(counts.values()) < EXAMPLES // 2:
         pytest.skip("test_mutated_requests did not run first")
+    for path in RECORD_PATHS:  # both paths of the record layer had their share
+        assert fuzz_env.paths.get(path, 0) > EXAMPLES // (3 * len(RECORD_PATHS)), fuzz_env.paths
     assert counts.get("answered", 0) > EXAMPLES // 5, counts
     assert counts.get("closed", 0) > EXAMPLES // 10, counts
     assert fuzz_env.oracle.check(data=True, tidy=True) == []

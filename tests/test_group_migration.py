@@ -425,3 +425,45 @@ def test_classic_members_of_an_upgraded_group_survive_a_restart(tmp_path):
             assert _describe_members(wire, group) == {"modern-1": 1}
     finally:
         runner.stop()
+
+
+def test_a_group_with_classic_members_is_described_as_kafka_4_describes_it(broker):
+    # Kafka 4.x's DescribeGroups answers only classic groups: a consumer group, with classic members or
+    # without, is "Dead" (v6: GROUP_ID_NOT_FOUND, "... is not a classic group."); ConsumerGroupDescribe,
+    # which confluent-kafka's describe_consumer_groups uses, lists every member of either protocol
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    topic, group = f"mixed-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    broker.create_topic(topic, PARTITIONS)
+    classic = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                        "group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky"})
+    modern = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                       "group.protocol": "consumer"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    try:
+        classic.subscribe([topic])
+        deadline = time.monotonic() + 20
+        while not classic.assignment() and time.monotonic() < deadline:
+            classic.poll(0.1)
+        modern.subscribe([topic])
+        while time.monotonic() < deadline and (len(classic.assignment()), len(modern.assignment())) != (2, 2):
+            classic.poll(0.05)
+            modern.poll(0.05)
+        assert (len(classic.assignment()), len(modern.assignment())) == (2, 2)
+        described = admin.describe_consumer_groups([group])[group].result(10)
+        assert described.type == confluent_kafka.ConsumerGroupType.CONSUMER
+        assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [2, 2]
+        python_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        try:
+            answer = python_admin.describe_groups([group])[group]
+        finally:
+            python_admin.close()
+        assert (answer["group_state"], answer["members"]) == ("Dead", [])
+        assert answer["error"] == f"[Error 69] GroupIdNotFoundError: Group {group} is not a classic group."
+        with WireClient(broker.host, broker.port) as wire:
+            r = wire.request(15, 5, {"groups": [group], "include_authorized_operations": False})
+        assert (r.groups[0].error_code, r.groups[0].group_state, r.groups[0].members) == (0, "Dead", [])
+    finally:
+        classic.close()
+        modern.close()

@@ -254,8 +254,9 @@ def damage(data_dir: str) -> None:
         f.seek(0)
         f.write(os.urandom(64))
     os.unlink(os.path.join(p1, logs1[1].replace(".log", ".index")))
-    with open(os.path.join(p1, "00000000000000000003.snapshot"), "wb") as f:
-        f.write(b"\x00\x01garbage, not a producer snapshot")
+    for name in logs1[1:]:  # the snapshots of the rolls: whichever the load tries first is garbage
+        with open(os.path.join(p1, name.replace(".log", ".snapshot")), "wb") as f:
+            f.write(b"\x00\x01garbage, not a producer snapshot")
     with open(os.path.join(p0, "leader-epoch-checkpoint"), "w") as f:
         f.write("0\nnot a count\n")
     with open(os.path.join(data_dir, "log-start-offset-checkpoint"), "w") as f:

@@ -1,4 +1,5 @@
-"""The README's API table is the registry's, and its set-up section has exactly two commands."""
+"""The README's API table is the registry's, its set-up section has exactly two commands, and it names every
+command."""
 
 from __future__ import annotations
 
@@ -40,3 +41,20 @@ def test_readme_has_exactly_two_setup_commands():
     assert commands == ["pip install . && minibroker serve", "bash scripts/run-tests.sh"]
     ci = read(".ci", "run")
     assert "bash scripts/run-tests.sh" in ci
+
+
+def test_readme_and_tools_doc_name_every_command():
+    """Every subcommand of ``minibroker`` is in the README's list of console tools and has its row in
+    docs/tools.md's table (``serve`` is the README's own subject)."""
+    import argparse
+
+    from minibroker.cli import build_parser
+
+    [commands] = [a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    section = read("README.md").split("### Console tools", 1)[1].split("\n### ", 1)[0]
+    tools_table = read("docs", "tools.md").split("\n## ", 1)[0]
+    for name in commands:
+        if name == "serve":
+            continue
+        assert f"`{name}`" in section or f"`minibroker {name}`" in section, f"README omits {name}"
+        assert f"| `minibroker {name}" in tools_table, f"docs/tools.md's table omits {name}"

@@ -402,6 +402,34 @@ def test_wrong_password_kafka_python(broker, caplog):
     assert any("SaslAuthenticationFailedError" in m for m in messages), messages
 
 
+@pytest.mark.slow  # 20 TLS handshakes and failed logins, each answered after the 100 ms delay: 3-4 s
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_wrong_password_over_sasl_ssl_fails_as_authentication_every_time(minibroker_factory, mechanism):
+    """kafka-python drops the bytes of a read that ends in EOF: a broker whose close reached it with the
+    SaslAuthenticate answer made it see "socket disconnected" (and retry as if the network had failed)
+    instead of the refusal. Over TLS, with a broker of its own process as a user runs it, each of 20
+    connections ends with the broker's SaslAuthenticationFailed (Kafka's error 58). Each attempt is
+    kafka-python's own connection (its KafkaClient stand-in), whose outcome its bootstrap acts on."""
+    import kafka.errors
+    from kafka.net.compat import KafkaNetClient
+
+    broker = minibroker_factory(mode="process", security_protocol="SASL_SSL", sasl_mechanism=mechanism)
+    settings = dict(broker.client_config("kafka-python", user="alice"), sasl_plain_password="wrong")
+    outcomes = []
+    for _ in range(20):
+        client = KafkaNetClient(**settings)
+        try:
+            node_id = client.cluster.bootstrap_brokers()[0].node_id
+            client.maybe_connect(node_id)
+            connection = client._manager._conns[node_id]
+            client.poll(timeout_ms=30_000, future=connection.init_future)
+            outcomes.append(connection.init_future.exception)
+        finally:
+            client.close()
+    wrong = [repr(e) for e in outcomes if not isinstance(e, kafka.errors.SaslAuthenticationFailedError)]
+    assert not wrong, f"{len(wrong)} of 20 attempts did not end in SaslAuthenticationFailed: {wrong}"
+
+
 def test_wrong_password_aiokafka(broker):
     import aiokafka.errors
     from aiokafka import AIOKafkaProducer

@@ -368,6 +368,37 @@ def test_list_config_resources(minibroker, admin, wire, topic_name):
     assert (r.error_code, r.config_resources) == (0, [])
 
 
+def test_list_config_resources_lists_groups_with_configs(minibroker_factory):
+    # KIP-1142: GROUP rows are the groups with a config override, first, in name order; a group without
+    # one (or whose last override is deleted) is not listed
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+    from kafka import KafkaAdminClient
+
+    runner = minibroker_factory()
+    admin = AdminClient({"bootstrap.servers": runner.bootstrap_servers})
+
+    def set_group(group, op, value):
+        change = ConfigResource("group", group, incremental_configs=[
+            ConfigEntry("consumer.session.timeout.ms", value, incremental_operation=op)])
+        admin.incremental_alter_configs([change])[change].result(10)
+
+    set_group("g-b", AlterConfigOpType.SET, "50000")
+    set_group("g-a", AlterConfigOpType.SET, "50000")
+    set_group("g-c", AlterConfigOpType.SET, "50000")
+    set_group("g-c", AlterConfigOpType.DELETE, None)
+    python_admin = KafkaAdminClient(bootstrap_servers=runner.bootstrap_servers)
+    try:
+        assert python_admin.list_config_resources()["group"] == ["g-a", "g-b"]
+    finally:
+        python_admin.close()
+    with WireClient(runner.host, runner.port) as wire:
+        r = wire.request(LIST_CONFIG_RESOURCES, 1, {"resource_types": []})
+        assert [(c.resource_type, c.resource_name) for c in r.config_resources][:3] == [
+            (32, "g-a"), (32, "g-b"), (8, str(runner.broker.node_id))]
+        r = wire.request(LIST_CONFIG_RESOURCES, 1, {"resource_types": [2, 32]})
+        assert [c.resource_name for c in r.config_resources if c.resource_type == 32] == ["g-a", "g-b"]
+
+
 # -- authorization ----------------------------------------------------------------------------------
 
 def test_cluster_permissions_are_checked(minibroker_factory, topic_name):

@@ -23,13 +23,12 @@ from pathlib import Path
 import pytest
 
 from minibroker.config import ConfigError, load_config
+from minibroker.security.certificates import certificate_subject, rfc2253_name
 from minibroker.security.principal import ANONYMOUS, KafkaPrincipal
 from minibroker.security.tls import (
     PrincipalMapper,
     TlsConfigError,
-    certificate_subject,
     listener_tls,
-    rfc2253_name,
 )
 from minibroker.testing import BrokerRunner
 from minibroker.tools.certs import generate_test_certs
@@ -299,10 +298,16 @@ def test_mtls_refuses_a_client_without_certificate_at_the_handshake(broker, cert
     with socket.create_connection(("127.0.0.1", _port(broker, "MTLS")), timeout=10) as raw:
         with _client_context(certs, with_cert=False).wrap_socket(raw, server_hostname="localhost") as tls:
             # TLS 1.3: the client's handshake ends before the server checks for its certificate; the
-            # broker then closes the connection without answering anything.
-            with pytest.raises((ssl.SSLError, ConnectionError)):
-                if not _api_versions_over(tls):
-                    raise ConnectionResetError("closed")
+            # broker then sends the certificate_required alert (116), as Kafka's SSLEngine does, and
+            # closes the connection without answering anything
+            with pytest.raises(ssl.SSLError, match="TLSV13_ALERT_CERTIFICATE_REQUIRED"):
+                _api_versions_over(tls)
+    context = _client_context(certs, with_cert=False)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection(("127.0.0.1", _port(broker, "MTLS")), timeout=10) as raw:
+        # TLS 1.2: the handshake itself fails on the handshake_failure alert (40)
+        with pytest.raises(ssl.SSLError, match="ALERT_HANDSHAKE_FAILURE"):
+            context.wrap_socket(raw, server_hostname="localhost")
     with socket.create_connection(("127.0.0.1", _port(broker, "MTLS")), timeout=10) as raw:
         with _client_context(certs, with_cert=True).wrap_socket(raw, server_hostname="localhost") as tls:
             assert len(_api_versions_over(tls)) == 4
@@ -341,6 +346,33 @@ def test_clients_without_certificate_fail_within_their_timeout(broker, certs, kc
     out = subprocess.run(_kcat_ssl(kcat, address, certs) + ["-L", "-m", "3"], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode != 0
+
+
+def test_confluent_kafka_sees_the_certificate_required_alert_at_once(broker, certs):
+    """librdkafka's first error names the TLS alert, not a bare disconnect (it still retries SSL
+    errors until its own timeout, as against Kafka)."""
+    from confluent_kafka.admin import AdminClient
+
+    errors = []
+    admin = AdminClient({"bootstrap.servers": _address(broker, "MTLS"), "log_level": 0,
+                         "error_cb": errors.append, **_confluent_ssl(certs, False)})
+    deadline = time.monotonic() + 30
+    while not errors and time.monotonic() < deadline:
+        admin.poll(0.1)
+    assert errors, "no error reported"
+    assert "certificate required" in errors[0].str(), errors[0].str()
+
+
+def test_kcat_under_uvloop_sees_the_certificate_required_alert(certs, kcat):
+    """The same alert from `minibroker serve` (uvloop if installed): kcat reports it, not an EOF."""
+    overrides = {**_tls_overrides(certs), "listeners": "PLAINTEXT://127.0.0.1:0,MTLS://127.0.0.1:0"}
+    with BrokerRunner(overrides, mode="process") as runner:
+        ready = re.search(r"minibroker ready: .*", runner.log_text()).group(0)
+        address = re.search(r"MTLS://([^,\s]+)", ready).group(1)
+        out = subprocess.run(_kcat_ssl(kcat, address, certs) + ["-L", "-m", "2"], capture_output=True,
+                             text=True, timeout=30)
+    assert out.returncode != 0
+    assert "alert certificate required" in out.stderr, out.stderr
 
 
 def test_plaintext_bytes_on_a_tls_port_are_closed(broker, certs):
@@ -761,7 +793,7 @@ def test_a_reconfigured_listener_keeps_its_certificate_names(certs, tmp_path):
     config, current = _dynamic_config(certs, f"ssl.keystore.location={certs['broker_keystore']}",
                                       "listener.name.ssl.ssl.allow.dn.changes=true")
     config.set_dynamic(store, other["broker_keystore"])
-    assert reload_listener_tls(config, current)["SSL"].certificate.subject.rfc4514_string().startswith(
+    assert certificate_subject(reload_listener_tls(config, current)["SSL"].certificate).startswith(
         "CN=other.example")
 
     wide = generate_test_certs(str(tmp_path / "wide"), hosts=["a.example", "b.example"])

@@ -3,6 +3,7 @@ structured logging; the /metrics endpoint; startup progress lines."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import logging
@@ -168,11 +169,15 @@ def test_topics_unreachable_broker(cli):
     assert r.code == 1 and "cannot reach 127.0.0.1:1" in r.err
 
 
-def test_kafka_python_missing_is_explained(cli, bs, monkeypatch, topic_name):
-    monkeypatch.setitem(sys.modules, "kafka", None)
-    for tool in (["produce", "--topic", topic_name], ["consume", "--topic", topic_name], ["groups", "list"]):
-        r = cli(*tool, *bs)
-        assert r.code == 3 and "needs kafka-python" in r.err and "pip install" in r.err
+def test_producer_properties_are_kafkas_names_and_checked():
+    from minibroker.tools.produce import parse_properties
+
+    assert parse_properties(["linger.ms=5", "batch_size=500", "acks=all"]) == {
+        "linger.ms": 5, "batch.size": 500, "acks": "all"}
+    with pytest.raises(ValueError, match="is not one this producer reads"):
+        parse_properties(["api_version=0.10.0"])
+    with pytest.raises(ValueError, match="is a number"):
+        parse_properties(["retries=many"])
 
 
 # -- groups ---------------------------------------------------------------------------------------
@@ -287,6 +292,12 @@ def test_serve_json_logging_and_debug_request_log(tmp_path):
     # at DEBUG the banner goes on with every effective key, one record each (issue 15)
     assert any(r["level"] == "DEBUG" and r["message"] == "  num.partitions = 1" for r in config_lines)
     assert any(r["logger"] == "minibroker.metrics" and "/metrics" in r["message"] for r in records)
+    # which record layer runs, once (issue 29): the C accelerator where it is built
+    built = importlib.util.find_spec("minibroker.records._accelerator") is not None
+    path = [(r["level"], r["message"]) for r in records if r["logger"] == "minibroker.records"]
+    assert len(path) == 1 and path[0][0] == "INFO", path
+    expected = "record layer: C accelerator (_accelerator." if built else "record layer: pure Python (the C"
+    assert path[0][1].startswith(expected), path
     request = next(r for r in records if r["logger"] == "minibroker.request")
     assert request["level"] == "DEBUG"
     assert re.match(r"ApiVersions v0 client=minibroker-healthcheck corr=1 [\d.]+ ms", request["message"])

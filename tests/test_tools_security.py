@@ -239,7 +239,7 @@ def test_properties_parser(tmp_path):
     assert (security.protocol, security.mechanism, security.username, security.password) == (
         "SASL_SSL", "SCRAM-SHA-512", "bob", "p=s ;s")
     assert (security.tls, security.sasl, security.check_hostname) == (True, True, False)
-    assert (security.truststore_location, security.truststore_type) == ("/certs/ca.pem", "PEM")
+    assert (security.truststore_location, security.truststore_type) == ("/certs/ca.pem", None)  # not given
     assert "p=" not in repr(security)  # passwords stay out of reprs
     assert read_client_config(None) == ClientSecurity()
     plain = client_security_from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
@@ -260,7 +260,7 @@ def test_properties_parser(tmp_path):
       "sasl.jaas.config": "x required username=a;"}, "needs password"),
     ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "sasl.jaas.config": "x required;"},
      "unsecuredLoginStringClaim_sub"),
-    ({"security.protocol": "SSL", "ssl.truststore.type": "JKS"}, "ssl.truststore.type=JKS"),
+    ({"security.protocol": "SSL", "ssl.truststore.type": "JCEKS"}, "ssl.truststore.type=JCEKS"),
     ({"security.protocol": "SSL", "ssl.keystore.key": "k"}, "ssl.keystore.key"),
 ])
 def test_properties_parser_refusals(props, message):

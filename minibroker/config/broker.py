@@ -129,6 +129,14 @@ class BrokerConfig:
         return {k: src for src in reversed(_STATIC_SOURCES) for k in self._static[src]
                 if k.startswith(LISTENER_PREFIX)}
 
+    def static_value(self, key: str) -> Any:
+        """``key``'s value from the static sources, else its default: what it would be without the
+        dynamic layers (Kafka's controller reads its own static config the same way)."""
+        for source, value in self._layer_values(key):
+            if source in (ConfigSource.STATIC_BROKER_CONFIG, ConfigSource.DEFAULT_CONFIG):
+                return value
+        return None
+
     def source_of(self, key: str) -> str:
         """``"default"``, ``"file"``, ``"env"``, ``"override"``, ``"dynamic"`` or ``"dynamic-default"``."""
         key = KEY_ALIASES.get(key, key)

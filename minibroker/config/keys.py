@@ -224,7 +224,10 @@ _BROKER_KEYS = [
     _k("compression.zstd.level", _INT, 3, "zstd level used when the broker recompresses.",
        validator=_ZSTD_LEVEL, dynamic=True),
     _k("min.insync.replicas", _INT, 1,
-       "Replicas that must hold a write for acks=all; the only replica is this broker.",
+       "Replicas that must hold a write for acks=all; the only replica is this broker. With eligible "
+       "leader replicas on (KIP-966, as Kafka 4.1+), the first start also writes this value as the "
+       "cluster-level dynamic default, which topics then report (DYNAMIC_DEFAULT_BROKER_CONFIG) and a "
+       "later static change does not replace; it cannot be set per broker or removed.",
        importance="high", validator=AtLeast(1), dynamic=True),
     _k("unclean.leader.election.enable", _BOOL, False, "Allow an out-of-sync replica to lead.",
        importance="high", dynamic=True, no_effect=True),
@@ -504,8 +507,13 @@ _BROKER_KEYS = [
     _k("transaction.remove.expired.transaction.cleanup.interval.ms", _INT, 3600000,
        "How often transactional ids past transactional.id.expiration.ms are removed.", importance="low",
        validator=AtLeast(1)),
-    _k("producer.id.expiration.ms", _INT, 86400000, "Idle time after which producer state is dropped.",
+    _k("producer.id.expiration.ms", _INT, 86400000,
+       "Time after which a partition forgets a producer id whose last batch or marker is older (by its "
+       "timestamp) and that has no open transaction; its next batch must then start at sequence 0.",
        validator=AtLeast(1), dynamic=True),
+    _k("producer.id.expiration.check.interval.ms", _INT, 600000,
+       "How often producer ids past producer.id.expiration.ms are removed (an internal key in Kafka).",
+       importance="low", validator=AtLeast(1)),
     _k("transaction.partition.verification.enable", _BOOL, True, "Verify partitions joined a transaction.",
        dynamic=True),
     # --- threads, sockets, quotas: Kafka knows them, a single asyncio process has no use for them
@@ -592,8 +600,10 @@ _BROKER_KEYS = [
     # the key and trust store ones only with the listener prefix (LISTENER_ONLY_DYNAMIC below); a change
     # rebuilds the listeners' TLS contexts for new connections.
     _k("ssl.keystore.type", _STR, "PEM",
-       "Format of ssl.keystore.location: PEM (certificate chain and private key in one file) or PKCS12. "
-       "JKS is not read (convert it: keytool -importkeystore -deststoretype PKCS12). Dynamic per listener.",
+       "Format of ssl.keystore.location: PEM (certificate chain and private key in one file), JKS (Java's "
+       "key store; its first private key entry is served) or PKCS12. Unset, a JKS file is read as JKS "
+       "(Kafka's default), a PKCS12 file declared JKS as PKCS12 (as Java does). JCEKS is not read. "
+       "Dynamic per listener.",
        kafka_default="JKS", validator=OneOf("PEM", "PKCS12", "JKS"), dynamic=True),
     _k("ssl.keystore.location", _STR, None,
        "Key store file: the listener's certificate chain and private key. Dynamic per listener "
@@ -601,10 +611,12 @@ _BROKER_KEYS = [
        "established ones keep theirs; altering it to the same path reloads the file.",
        importance="high", dynamic=True),
     _k("ssl.keystore.password", _PASSWORD, None,
-       "Password of a PKCS12 key store (for PEM, see ssl.key.password). Dynamic per listener.",
+       "Password of a JKS or PKCS12 key store (required for them, as in Kafka; for PEM, see "
+       "ssl.key.password). Dynamic per listener.",
        importance="high", dynamic=True),
     _k("ssl.key.password", _PASSWORD, None,
-       "Password of an encrypted private key (PEM). Dynamic per listener.", importance="high", dynamic=True),
+       "Password of an encrypted private key (PEM), or of a JKS store's key when it differs from "
+       "ssl.keystore.password. Dynamic per listener.", importance="high", dynamic=True),
     _k("ssl.keystore.certificate.chain", _PASSWORD, None,
        "The certificate chain as PEM text, instead of ssl.keystore.location (with ssl.keystore.key). "
        "Dynamic per listener.", dynamic=True),
@@ -612,13 +624,16 @@ _BROKER_KEYS = [
        "The private key as PEM text (PKCS#8; encrypted with ssl.key.password or not), with "
        "ssl.keystore.certificate.chain. Dynamic per listener.", dynamic=True),
     _k("ssl.truststore.type", _STR, "PEM",
-       "Format of ssl.truststore.location: PEM (CA certificates) or PKCS12. Dynamic per listener.",
+       "Format of ssl.truststore.location: PEM (CA certificates), JKS (its trusted certificate entries, "
+       "and the certificate of each private key entry, as Java trusts them) or PKCS12; unset, a JKS file "
+       "is read as JKS, as for ssl.keystore.type. Dynamic per listener.",
        kafka_default="JKS", validator=OneOf("PEM", "PKCS12", "JKS"), dynamic=True),
     _k("ssl.truststore.location", _STR, None,
        "CA certificates that client certificates must chain to (ssl.client.auth); unset: the system's. "
        "Dynamic per listener, when the listener started with a trust store.", dynamic=True),
-    _k("ssl.truststore.password", _PASSWORD, None, "Password of a PKCS12 trust store. Dynamic per listener.",
-       dynamic=True),
+    _k("ssl.truststore.password", _PASSWORD, None,
+       "Password of a PKCS12 or JKS trust store (JKS: optional, as in Kafka; unset, the store's integrity "
+       "is not checked). Dynamic per listener.", dynamic=True),
     _k("ssl.truststore.certificates", _PASSWORD, None,
        "CA certificates as PEM text, instead of ssl.truststore.location. Dynamic per listener.",
        dynamic=True),

@@ -3,9 +3,9 @@
 Plain data plus the rules that look only at the group: a member's next assignment towards the target
 (Kafka's CurrentAssignmentBuilder: revoke before assign, partitions pending revocation, partitions
 still owned by another member are "unreleased"), the group state (Empty, Assigning, Reconciling,
-Stable), the partition epochs (which member epoch owns each partition) and the translation of
-RE2/J subscription regexes into Python's ``re``. ``ConsumerGroupCoordinator`` is the only code that
-mutates a ``ConsumerGroup``. Not thread-safe: used on the broker's event loop only.
+Stable) and the partition epochs (which member epoch owns each partition).
+``ConsumerGroupCoordinator`` is the only code that mutates a ``ConsumerGroup``. Not thread-safe: used
+on the broker's event loop only.
 
 Assignments are {topic id (16 bytes): set of partitions}, as Kafka keeps them.
 """
@@ -13,7 +13,6 @@ Assignments are {topic id (16 bytes): set of partitions}, as Kafka keeps them.
 from __future__ import annotations
 
 import copy
-import re
 from enum import IntEnum
 
 from minibroker.coordinator.group_records import ClassicMemberMetadata, OffsetCommitValue
@@ -85,6 +84,9 @@ class ConsumerGroup:
         self.subscription_metadata: dict[str, tuple[bytes, int]] = {}
         self.partition_epochs: dict[tuple[bytes, int], int] = {}
         self.offsets: dict[tuple[str, int], OffsetCommitValue] = {}
+        # the subscription regexes resolved for this group: a member's regex counts from the heartbeat
+        # after the one that brought it (Kafka resolves a new regex asynchronously)
+        self.resolved_regexes: set[str] = set()
 
     def __repr__(self) -> str:
         return f"ConsumerGroup({self.group_id!r}, {self.state}, epoch {self.group_epoch})"
@@ -225,140 +227,3 @@ def _next_assignment(member, epoch, target_epoch, target, partition_epoch, owned
     new.member_epoch = target_epoch
     new.assigned, new.pending_revocation = assigned, {}
     return new
-
-
-# -- RE2/J regexes --------------------------------------------------------------------------------
-
-
-class RegexError(ValueError):
-    """A subscription regex that RE2/J would not accept, or that Python cannot express the same way."""
-
-
-_POSIX_CLASSES = {
-    "alnum": "0-9A-Za-z", "alpha": "A-Za-z", "ascii": "\\x00-\\x7f", "blank": "\\t ",
-    "cntrl": "\\x00-\\x1f\\x7f", "digit": "0-9", "graph": "!-~", "lower": "a-z", "print": " -~",
-    "punct": "!-/:-@\\[-`{-~", "space": "\\t\\n\\v\\f\\r ", "upper": "A-Z", "word": "0-9A-Za-z_",
-    "xdigit": "0-9A-Fa-f",
-}
-
-
-_UNBOUNDED = re.compile(r"[*+]|\{\d*,\}")
-MAX_UNBOUNDED_REPETITIONS = 3  # polynomial backtracking stays below ~10^7 steps on a 249-character name
-
-
-def translate_re2(pattern: str) -> str:
-    """An RE2/J pattern as Python ``re`` source with the same meaning (compiled with re.ASCII, matched
-    with fullmatch, as Kafka's ``Pattern.matcher(topic).matches()``). Constructs RE2 rejects (lookaround,
-    backreferences, atomic groups, possessive quantifiers) raise RegexError rather than being accepted
-    by Python's more permissive engine; \\Q...\\E, \\z, (?<name>...) and [[:class:]] are rewritten."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    in_class = False
-    # per open group: whether it holds an unbounded quantifier or an alternation. Python's engine
-    # backtracks (RE2 does not), so such a group repeated without bound could take exponential time on
-    # a topic name: refused rather than risking the event loop.
-    groups: list[bool] = []
-    repetitions = 0
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            if i + 1 >= n:
-                raise RegexError("trailing backslash")
-            d = pattern[i + 1]
-            if d == "Q":
-                end = pattern.find("\\E", i + 2)
-                literal = pattern[i + 2:] if end < 0 else pattern[i + 2:end]
-                out.append(re.escape(literal))
-                i = n if end < 0 else end + 2
-                continue
-            if d == "z":
-                out.append("\\Z")
-            elif d.isdigit() and d != "0" or d in "ZCpPkKgGRXhHN":
-                raise RegexError(f"unsupported escape \\{d}")
-            else:
-                out.append(c + d)
-            i += 2
-            continue
-        if in_class:
-            if c == "[" and pattern.startswith("[:", i):
-                end = pattern.find(":]", i + 2)
-                name = pattern[i + 2:end] if end > 0 else ""
-                negated = name.startswith("^")
-                body = _POSIX_CLASSES.get(name.lstrip("^"))
-                if body is None or negated:
-                    raise RegexError(f"unsupported character class [:{name}:]")
-                out.append(body)
-                i = end + 2
-                continue
-            if c == "[":
-                out.append("\\[")  # a literal [ inside a class (Python would warn about nested sets)
-                i += 1
-                continue
-            if c == "]" and not (out and out[-1] in ("[", "[^")):
-                in_class = False
-            out.append(c)
-            i += 1
-            continue
-        if c == "[":
-            in_class = True
-            if pattern.startswith("[^", i):
-                out.append("[^")
-                i += 2
-            else:
-                out.append("[")
-                i += 1
-            if i < n and pattern[i] == "]":  # a leading ] is literal
-                out.append("\\]")
-                i += 1
-            continue
-        if c == "(":
-            groups.append(False)
-        elif c == ")" and groups:
-            risky = groups.pop()
-            repeated = _UNBOUNDED.match(pattern, i + 1) is not None
-            if risky and repeated:
-                raise RegexError("a repeated group holding a repetition or an alternation could backtrack "
-                                 "exponentially; minibroker refuses it")
-            if groups and (risky or repeated):
-                groups[-1] = True
-        elif c == "|" and groups:
-            groups[-1] = True
-        elif _UNBOUNDED.match(pattern, i) is not None:
-            repetitions += 1
-            if groups:
-                groups[-1] = True
-        if c == "(" and pattern.startswith("(?", i):
-            rest = pattern[i + 2:]
-            if rest.startswith("P<"):
-                out.append("(?P<")
-                i += 4
-                continue
-            if rest.startswith("<") and not rest.startswith(("<=", "<!")):
-                out.append("(?P<")
-                i += 3
-                continue
-            if rest[:1] in ("=", "!", "<", ">", "(", "#") or rest.startswith("P="):
-                raise RegexError("lookaround, backreferences, atomic and conditional groups are not RE2")
-            flags = re.match(r"[imsU-]*[:)]", rest)
-            if flags is None or "U" in flags.group(0):
-                raise RegexError("unsupported group flags")
-            out.append("(?")
-            i += 2
-            continue
-        if c in "*+?}" and i + 1 < n and pattern[i + 1] == "+":
-            raise RegexError("possessive quantifiers are not RE2")
-        out.append(c)
-        i += 1
-    if in_class:
-        raise RegexError("missing ]")
-    if repetitions > MAX_UNBOUNDED_REPETITIONS:
-        raise RegexError(f"more than {MAX_UNBOUNDED_REPETITIONS} unbounded repetitions could backtrack for "
-                         "too long; minibroker refuses them")
-    return "".join(out)
-
-
-def compile_re2(pattern: str) -> re.Pattern:
-    try:
-        return re.compile(translate_re2(pattern), re.ASCII)
-    except re.error as e:
-        raise RegexError(str(e)) from None

@@ -28,8 +28,6 @@ from minibroker.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
-    RegexError,
-    compile_re2,
     is_subset,
     reconcile,
 )
@@ -69,6 +67,7 @@ from minibroker.coordinator.modern_group import (
     same_assignment,
 )
 from minibroker.coordinator.modern_group import fail as _fail
+from minibroker.coordinator.topic_regex import RegexError, compile_re2
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.uuids import uuid4_text
 
@@ -124,6 +123,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator):
         self._rebalance_timers: dict[tuple[str, str], object] = {}
         self._timer_maps.append(self._rebalance_timers)
         self._regex_cache: dict[str, object] = {}
+        self._regex_matches: dict[str, dict[str, bool]] = {}  # pattern -> topic -> matches
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -133,23 +133,43 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator):
             compiled = compile_re2(pattern)
             if len(self._regex_cache) > 1000:
                 self._regex_cache.clear()
+                self._regex_matches.clear()
             self._regex_cache[pattern] = compiled
         return compiled
 
-    def _member_topics(self, member: ConsumerMember, topics: dict) -> set[str]:
-        """The existing topics a member subscribes to: its names, and what its regex matches."""
+    def _member_topics(self, member: ConsumerMember, topics: dict, resolved: set[str]) -> set[str]:
+        """The existing topics a member subscribes to: its names, and what its regex matches once the
+        group has resolved it."""
         out = {t for t in member.subscribed_topic_names if t in topics}
-        if member.subscribed_topic_regex:
-            regex = self._regex(member.subscribed_topic_regex)
-            out.update(t for t in topics if t not in INTERNAL_TOPICS and regex.fullmatch(t))
+        pattern = member.subscribed_topic_regex
+        if pattern and pattern in resolved:
+            matches = self._regex_matches.setdefault(pattern, {})
+            if len(matches) > 100_000:
+                matches.clear()
+            for t in topics:
+                hit = matches.get(t)
+                if hit is None:
+                    hit = matches[t] = t not in INTERNAL_TOPICS and bool(self._regex(pattern).fullmatch(t))
+                if hit:
+                    out.add(t)
         return out
 
     def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, tuple[bytes, int]]:
         topics = self._topics()
         names: set[str] = set()
         for m in group.members.values():
-            names |= self._member_topics(m, topics)
+            names |= self._member_topics(m, topics, group.resolved_regexes)
         return {t: (topics[t].id, topics[t].partitions) for t in sorted(names)}
+
+    @staticmethod
+    def _resolve_regexes(group: ConsumerGroup) -> None:
+        """The regexes of the group's members, resolved from now on; the others forgotten. Kafka resolves
+        a new regex off the heartbeat that brought it and bumps the group epoch when it is done: here it
+        counts from the next heartbeat of any member, which sees the new topics and bumps the epoch. So
+        a member subscribing to names and a new regex gets the named topics first, as librdkafka's tests
+        expect of Kafka."""
+        group.resolved_regexes = {m.subscribed_topic_regex for m in group.members.values()
+                                  if m.subscribed_topic_regex}
 
     # -- validation -----------------------------------------------------------------------------
 
@@ -282,6 +302,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator):
                 if other != member_id:
                     self._schedule_session(group, other)
         self._after_change(group, changes)
+        self._resolve_regexes(group)
         if member.state is MemberState.UNREVOKED_PARTITIONS:
             if old is None or old.state is not MemberState.UNREVOKED_PARTITIONS \
                     or old.member_epoch != member.member_epoch:
@@ -377,7 +398,9 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator):
         topics = self._topics()
         ids = {name: tid for name, (tid, _count) in group.subscription_metadata.items()}
         counts = {tid: count for tid, count in group.subscription_metadata.values()}
-        subscriptions = {m.member_id: frozenset(ids[t] for t in self._member_topics(m, topics) if t in ids)
+        subscriptions = {m.member_id: frozenset(ids[t] for t in self._member_topics(m, topics,
+                                                                                     group.resolved_regexes)
+                                                if t in ids)
                          for m in group.members.values()}
         name = group.preferred_assignor(self.assignors[0])
         assign = assignors.ASSIGNORS.get(name, assignors.uniform_assign)
@@ -441,6 +464,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator):
 
     def _remove_member(self, group: ConsumerGroup, member_id: str, changes: _Changes) -> None:
         group.remove_member(member_id)
+        self._resolve_regexes(group)
         metadata = self._subscription_metadata(group)
         if metadata != group.subscription_metadata:
             group.subscription_metadata = metadata
@@ -866,6 +890,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator):
             if record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER and value is not None \
                     and member_id in group.members:
                 group.target[member_id] = gr.decode_target_assignment_value(value)
+        self._resolve_regexes(group)  # resolved before the restart: the records hold the result
         self.groups[group_id] = group
         for member_id in group.members:
             self._schedule_session(group, member_id)

@@ -49,6 +49,11 @@ class InternalTopic:
     ``topic_configs`` is called when the topic is created; ``default_partitions`` gives the partition count
     to create it with, and is called only when the topic does not exist yet."""
 
+    # The base sequence of a batch written outside a transaction (producer id -1). Kafka's group and
+    # share coordinators (CoordinatorRuntime's MemoryRecordsBuilder) write 0 there; the transaction
+    # coordinator (MemoryRecords.withRecords) writes -1 (NO_SEQUENCE): its topic overrides this.
+    plain_base_sequence = 0
+
     def __init__(self, broker, name: str, default_partitions: Callable[[], int],
                  topic_configs: Callable[[], dict[str, str]], *, read_chunk: int = READ_CHUNK,
                  logger: logging.Logger = log) -> None:
@@ -89,8 +94,9 @@ class InternalTopic:
         """Append (key, value) records to ``partition`` as one batch (creating the topic first if needed);
         raises ``map_append_error`` of the KafkaError when it cannot. With a ``producer_id`` the batch is
         transactional (that producer's, at ``producer_epoch``, base sequence 0 as Kafka's coordinators
-        write it). ``what`` names the writer in the warning. Returns the replica manager's AppendOutcome
-        (its ``base_offset`` is the first record's offset), None when there was nothing to append."""
+        write it); without, producer id and epoch are -1 and the base sequence ``plain_base_sequence``.
+        ``what`` names the writer in the warning. Returns the replica manager's AppendOutcome (its
+        ``base_offset`` is the first record's offset), None when there was nothing to append."""
         if not entries:
             return None
         from minibroker.records import v2
@@ -98,7 +104,7 @@ class InternalTopic:
         ts = int(time.time() * 1000)
         try:
             self.ensure_topic()
-            sequence = -1 if producer_id < 0 else 0
+            sequence = self.plain_base_sequence if producer_id < 0 else 0
             batch = v2.build_batch([(i, ts, key, value, ()) for i, (key, value) in enumerate(entries)],
                                    producer_id=producer_id, producer_epoch=producer_epoch,
                                    base_sequence=sequence, is_transactional=producer_id >= 0)

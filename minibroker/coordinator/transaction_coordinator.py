@@ -188,6 +188,8 @@ class TransactionStateTopic(InternalTopic):
     Writes are v2 batches appended through the replica manager with ``from_client=False``,
     synchronously, so a transition is in the log before its answer."""
 
+    plain_base_sequence = -1  # Kafka's TransactionStateManager writes with MemoryRecords.withRecords
+
     def __init__(self, broker) -> None:
         cfg = broker.config
         super().__init__(broker, TRANSACTION_STATE_TOPIC, lambda: cfg["transaction.state.log.num.partitions"],

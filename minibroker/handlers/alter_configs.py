@@ -18,7 +18,8 @@ Behaviour: each resource is handled on its own and all-or-nothing.
   ones keep theirs. Naming a key store at the same path reloads the file, as Kafka does. The dynamic
   layers are saved at the log dir root (Broker.save_dynamic_configs) and applied at the next start
   before the TLS contexts are built; a failed save restores the previous values and answers
-  UNKNOWN_SERVER_ERROR.
+  UNKNOWN_SERVER_ERROR. While eligible leader replicas are on (KIP-966) ``min.insync.replicas`` is
+  refused per broker and its cluster-level value cannot be removed (40, Kafka's messages).
 - GROUP: the given entries replace every config override of the group (Kafka 4's group configs,
   minibroker/coordinator/group_configs.py), checked as IncrementalAlterConfigs checks them (40).
 Null values are rejected (42 "Null value not supported"), a key given twice is 42, a resource
@@ -51,6 +52,7 @@ from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation
 from minibroker.security.tls import TlsConfigError, is_tls_key
+from minibroker.services.features import check_elr_min_isr
 
 log = logging.getLogger("minibroker.handlers")
 
@@ -75,10 +77,11 @@ def set_broker_layer(broker, per_broker: bool, new: dict[str, str], validate_onl
     cannot be built; persist; then refresh the live logs. All of it runs without yielding to the
     event loop, so no other request sees the values in between."""
     cluster_default = not per_broker
-    for key, value in new.items():
-        check_broker_value(key, value, cluster_default=cluster_default)
     cfg = broker.config
     old = cfg.dynamic_values(cluster_default=cluster_default)
+    check_elr_min_isr(per_broker, set(new) | (named or set()), old, new)
+    for key, value in new.items():
+        check_broker_value(key, value, cluster_default=cluster_default)
     touched = set(new) if named is None else set(named)
     touched |= {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
     server = broker.socket_server

@@ -15,9 +15,10 @@ Results are grouped by topic. When the same partition is named under two dirs, t
 Kafka's map does.
 Authorization (with an authorizer), as Kafka: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED
 for every partition.
+A move cut short by a restart is resumed once the logs are loaded, as Kafka resumes it.
 Version notes: v2 is flexible.
-Gaps: a move cut short by a restart is not resumed (Kafka resumes it): its future dir is discarded at
-start-up and the partition stays in its source dir; send the request again. See docs/admin.md.
+Gaps: a resumed move copies again from the start (the future dir a crash left is discarded; Kafka goes
+on from its future log's end). See docs/admin.md.
 """
 
 from __future__ import annotations

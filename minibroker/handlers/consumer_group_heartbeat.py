@@ -12,7 +12,9 @@ GROUP_ID_NOT_FOUND 69 (a classic group with members), COORDINATOR_LOAD_IN_PROGRE
 With ``consumer`` missing from ``group.coordinator.rebalance.protocols`` every request gets
 UNSUPPORTED_VERSION.
 Authorization (with an authorizer): READ on the group, else GROUP_AUTHORIZATION_FAILED.
-Version notes: v1 requires a client-generated member id and adds SubscribedTopicRegex (RE2/J syntax).
+Version notes: v1 requires a client-generated member id and adds SubscribedTopicRegex (RE2/J syntax,
+minibroker/coordinator/topic_regex.py); a regex new to the group counts from its next heartbeat, as Kafka
+resolves it asynchronously.
 Gaps: racks are stored, not used by the assignors.
 """
 

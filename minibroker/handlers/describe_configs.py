@@ -7,7 +7,10 @@ Behaviour: resources are answered one by one, each with its own error code.
   unknown topic 3.
 - BROKER (4): resource name = ``node.id`` gives every broker key with its source, read-only
   (not dynamic) and sensitive (password, value null) flags; the empty name gives only the
-  cluster-wide dynamic defaults, as Kafka does. Another id or a non-integer name is 42.
+  cluster-wide dynamic defaults, as Kafka does. Another id or a non-integer name is 42. With eligible
+  leader replicas on (KIP-966), ``min.insync.replicas`` is always one of those defaults (written at the
+  first start, minibroker/services/features.py), so topics report it as DYNAMIC_DEFAULT_BROKER_CONFIG,
+  as Kafka 4.1+ does.
 - BROKER_LOGGER (8): the levels of the ``root`` and ``minibroker*`` Python loggers, in Kafka's
   level names (source 6, DYNAMIC_BROKER_LOGGER_CONFIG); the name must be this broker's id.
 - GROUP (32): every group config key (minibroker/coordinator/group_configs.py) for the named group,

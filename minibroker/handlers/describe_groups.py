@@ -9,9 +9,9 @@ Version notes: v3 authorized operations: when asked, the operations the principa
 those Kafka supports (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS; all of them without an
 authorizer), for each group described without error; -2147483648 otherwise. v4 group.instance.id of
 members; v5 flexible.
-A consumer (KIP-848) or share (KIP-932) group is answered as Kafka does: state "Dead" and no members
-(v6+: GROUP_ID_NOT_FOUND, "Group <id> is not a classic group."); ConsumerGroupDescribe or
-ShareGroupDescribe describes it.
+A consumer (KIP-848) or share (KIP-932) group is answered as Kafka 4.x does: state "Dead" and no members
+(v6+: GROUP_ID_NOT_FOUND, "Group <id> is not a classic group."), classic members in it or not;
+ConsumerGroupDescribe or ShareGroupDescribe describes it.
 Gaps: client_host as for JoinGroup.
 """
 

@@ -8,7 +8,8 @@ Behaviour: per resource, all-or-nothing, operations SET 0, DELETE 1, APPEND 2, S
 - BROKER: applied to this broker's dynamic layer (name = node.id) or the cluster default (empty
   name); only dynamic keys (42 otherwise), at Kafka's levels; topics follow live and TLS listeners are
   rebuilt (or the change refused, 40) as with AlterConfigs; SET of a key store at its current path
-  reloads the file.
+  reloads the file. ``min.insync.replicas`` as AlterConfigs has it (KIP-966: not per broker, the
+  cluster-level value not removed).
 - BROKER_LOGGER: SET a ``minibroker*`` or ``root`` Python logger to a Kafka level name (OFF,
   FATAL, ERROR, WARN, INFO, DEBUG, TRACE); DELETE resets it to inherit (not allowed for root,
   42); unknown logger or level 40; APPEND/SUBTRACT 42.

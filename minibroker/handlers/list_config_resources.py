@@ -4,9 +4,11 @@ Behaviour, as Kafka's handleListConfigResources: v0 lists the client-metrics sub
 minibroker has none (no KIP-714 subscriptions can be configured), so the list is empty. v1 (KIP-1142)
 filters by resource type: an empty list means every type Kafka supports (TOPIC 2, BROKER 4,
 BROKER_LOGGER 8, CLIENT_METRICS 16, GROUP 32); any other type fails the whole request with
-UNSUPPORTED_VERSION and no resources. Rows come in Kafka's order whatever the filter's: groups with
-configs (none: group configs are not served), client metrics (none), this node as a broker logger,
-this node as a broker, then every topic by name (internal ones included).
+UNSUPPORTED_VERSION and no resources. Rows come in Kafka's order whatever the filter's: the groups with
+a config override (IncrementalAlterConfigs on a GROUP resource, minibroker/coordinator/group_configs.py;
+the group itself need not exist, and one without overrides is not listed, as Kafka lists the groups its
+metadata holds config records for), client metrics (none), this node as a broker logger, this node as a
+broker, then every topic by name (internal ones included).
 Authorization (with an authorizer), as Kafka: DESCRIBE_CONFIGS on the cluster, else
 CLUSTER_AUTHORIZATION_FAILED.
 Version notes: v1 adds the type filter and each resource's type (v0 rows are client metrics).
@@ -36,7 +38,9 @@ def handle_list_config_resources(broker, header, request):
         return Struct(throttle_time_ms=0, error_code=int(ErrorCode.UNSUPPORTED_VERSION), config_resources=[])
     node = str(broker.node_id)
     rows = []
-    # GROUP and CLIENT_METRICS: no resource of either kind exists here
+    if GROUP in wanted:
+        rows.extend(Struct(resource_name=g, resource_type=GROUP) for g in broker.groups.configs.groups())
+    # CLIENT_METRICS: no subscription can be configured here
     if BROKER_LOGGER in wanted:
         rows.append(Struct(resource_name=node, resource_type=BROKER_LOGGER))
     if BROKER in wanted:

@@ -338,24 +338,39 @@ def _unsnappy_pieces(data, chunk: int, max_bytes: int):
         pos += n
 
 
+LZ4_FEED = 256 * 1024  # compressed bytes given to the lz4 decoder at a time (see _unlz4_pieces)
+
+
 def _unlz4_pieces(data, magic: int, chunk: int):
+    """lz4 frames, fed to the decoder ``LZ4_FEED`` bytes at a time. python-lz4's decoder copies the
+    input it has not used yet on every call (and a memoryview whole, first), so the whole payload at
+    once was copied again for each piece handed out (issue 29: 1 MiB batches decompressed at a third
+    of the codec's speed). A feed is a piece's worth: 64 KiB measured 5-15% slower (more pieces)."""
     if magic == 0:
         data = _lz4_set_header_checksum(bytearray(data), broken=False)
-    rest = data
-    while rest:
+    view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+    pos, end = 0, len(view)
+    while pos < end:  # one frame each round (Kafka writes one; more are read as Java reads them)
         d = _lz4f.LZ4FrameDecompressor()
-        # python-lz4 allocates max_length up front: a chunk, not the cap
-        piece = d.decompress(rest, max_length=chunk)
-        if piece:
-            yield piece
-        while not d.eof:
+        feed = view[pos : pos + LZ4_FEED]
+        pos += len(feed)
+        while True:
+            # python-lz4 allocates max_length up front: a chunk, not the cap
+            piece = d.decompress(feed, max_length=chunk)
+            if piece:
+                yield piece
+            if d.eof:
+                break
             if d.needs_input:
-                raise _corrupt("lz4", "truncated frame")
-            piece = d.decompress(b"", max_length=chunk)
-            if not piece:
+                if pos >= end:
+                    raise _corrupt("lz4", "truncated frame")
+                feed = view[pos : pos + LZ4_FEED]
+                pos += len(feed)
+            elif not piece:
                 raise _corrupt("lz4", "no progress")
-            yield piece
-        rest = d.unused_data
+            else:
+                feed = b""
+        pos -= len(d.unused_data or b"")  # the next frame starts in what the decoder did not use
 
 
 _ZSTD_MAGIC = 0xFD2FB528

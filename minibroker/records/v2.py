@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator
 
 import crc32c
 
+from minibroker.records import accelerator as _accelerator
 from minibroker.records.codecs import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     Compression,
@@ -392,6 +393,21 @@ _SKIP2 = tuple(itertools.chain.from_iterable(zip(range(2, 2 + (1 << 13)), iterto
 
 
 def walk_records(buf, start: int, end: int, count: int, first: int = 0, partial: bool = False) -> tuple:
+    """Structure-only walk of ``count`` records in ``buf[start:end]``: ``walk_records_python`` (the
+    reference, which says what it does), by the C accelerator when it runs and can decide
+    (``accelerator``: a section whose records all parse, or a window ending before a record that is
+    not whole yet); anything else, errors included, goes to the Python code."""
+    fast = _accelerator.walk_records
+    if fast is not None:
+        got = fast(buf, start, end, count, first, partial)
+        if got is not None:
+            return got
+    return walk_records_python(buf, start, end, count, first, partial)
+
+
+def walk_records_python(
+    buf, start: int, end: int, count: int, first: int = 0, partial: bool = False
+) -> tuple:
     """Structure-only walk of ``count`` records in ``buf[start:end]``: every check Kafka's record
     iterator makes (each record's length within the section, every varint at most 5 (10) bytes,
     key, value and header lengths within the record, the record filled exactly, the section
@@ -768,6 +784,16 @@ def _whole_records(buf, pos: int, end: int, most: int, max_record_bytes: int) ->
     """How many whole records (at most ``most``) start at ``pos``, where they end, and a status: the
     bytes from there the next record takes (0: not known yet), or -1 if its length cannot be read
     as a record's, or -2 if it declares more than ``max_record_bytes``."""
+    fast = _accelerator.whole_records
+    if fast is not None:
+        got = fast(buf, pos, end, most, max_record_bytes)
+        if got is not None:
+            return got
+    return _whole_records_python(buf, pos, end, most, max_record_bytes)
+
+
+def _whole_records_python(buf, pos: int, end: int, most: int, max_record_bytes: int) -> tuple[int, int, int]:
+    """``_whole_records`` in Python: the reference of the accelerator's ``whole_records``."""
     n = 0
     low, high = _LOW7, _HIGH7
     while n < most and pos < end:

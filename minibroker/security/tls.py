@@ -2,40 +2,47 @@
 Kafka's ``ssl.*`` keys and rebuilt when AlterConfigs changes them, and the principal a client
 certificate gives.
 
-Owner of: reading key stores and trust stores (PEM files, inline PEM values, PKCS12 through the
-``cryptography`` package), the TLS versions and cipher suites a listener offers, whether it asks for
-client certificates (``ssl.client.auth``), and Kafka's ``ssl.principal.mapping.rules``
-(SslPrincipalMapper). Every key may be set for one listener as
-``listener.name.<listener, lower case>.ssl.*``, which wins over the broker-wide key, as in Kafka.
+Owner of: reading key stores and trust stores (PEM files and inline PEM values, private keys plain or
+encrypted, with Python's ssl alone; JKS, Kafka's default type, with minibroker/security/jks.py; PKCS12
+through the ``cryptography`` package, the ``tls`` extra, whose absence stops start-up with one line
+naming it), the TLS versions and cipher suites a listener offers, whether it asks for client
+certificates (``ssl.client.auth``), and Kafka's ``ssl.principal.mapping.rules`` (SslPrincipalMapper).
+Every key may be set for one listener as ``listener.name.<listener, lower case>.ssl.*``, which wins
+over the broker-wide key, as in Kafka.
 
 A key store or trust store that cannot be read stops start-up with ``TlsConfigError``, whose message
 names the key, where it was set and the file. At run time (``reload_listener_tls``, called by the
 AlterConfigs handlers through the socket server) the same error refuses the change, and so do Kafka's
 checks of a reconfigured listener: the certificate keeps its subject (``ssl.allow.dn.changes``) and its
-subject alternative names (``ssl.allow.san.changes``), and a listener started without a trust store
-cannot be given one. New connections take the new context; established ones keep theirs. The
-connection side lives in
-minibroker/server/connection.py (``KafkaConnection.tls``: the principal at ``connection_made``, record
-bytes copied through the TLS transport instead of ``sendfile``) and minibroker/server/sockets.py (the
-handshake, with ``HANDSHAKE_TIMEOUT_S``).
+subject alternative names (``ssl.allow.san.changes``; both read by minibroker/security/certificates.py),
+and a listener started without a trust store cannot be given one. New connections take the new
+context; established ones keep theirs. The connection side lives in minibroker/server/connection.py
+(``KafkaConnection.tls``: the principal at ``connection_made``, record bytes copied through the TLS
+transport instead of ``sendfile``) and minibroker/server/sockets.py (the handshake, with
+``HANDSHAKE_TIMEOUT_S``); a failed handshake sends its TLS alert (``AlertingSSLObject``).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import re
 import secrets
 import ssl
 import tempfile
+from contextvars import ContextVar
 
 from minibroker.config import key_to_env_var, listener_key, split_listener_key
 from minibroker.config.principal_rules import PrincipalMapper
+from minibroker.security.certificates import certificate_alt_names, certificate_subject, pem_certificates
+from minibroker.security.jks import JksError, JksPasswordError, read_jks, store_kind
 from minibroker.security.principal import ANONYMOUS, KafkaPrincipal, user
 
 log = logging.getLogger("minibroker.security")
 
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")  # listener security protocols that speak TLS
+TLS_EXTRA = "pip install 'minibroker[tls]'"  # brings the cryptography package: PKCS12 stores
 HANDSHAKE_TIMEOUT_S = 10.0  # at most; connections.max.idle.ms when shorter (Kafka bounds it only by that)
 _VERSIONS = {"TLSv1": ssl.TLSVersion.TLSv1, "TLSv1.1": ssl.TLSVersion.TLSv1_1,
              "TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -56,120 +63,13 @@ class TlsConfigError(OSError):
 
 
 # ---------------------------------------------------------------------------------------------------
-# A certificate's subject as Java's X500Principal.getName() prints it (RFC 2253).
-
-# Attribute types RFC 2253 gives a keyword; any other is printed as its dotted OID with the value as
-# '#' and the hex of its DER encoding, as Java does.
-_RFC2253_KEYWORDS = {
-    "2.5.4.3": "CN", "2.5.4.6": "C", "2.5.4.7": "L", "2.5.4.8": "ST", "2.5.4.10": "O", "2.5.4.11": "OU",
-    "2.5.4.9": "STREET", "0.9.2342.19200300.100.1.25": "DC", "0.9.2342.19200300.100.1.1": "UID",
-}
-# Java's DER string types (non-canonical): UTF8String, PrintableString, T61String, IA5String,
-# GeneralString, BMPString; other value types are printed in hex.
-_STRING_TAGS = {0x0C: "utf-8", 0x13: "utf-8", 0x14: "latin-1", 0x16: "utf-8", 0x1B: "latin-1",
-                0x1E: "utf-16-be"}
-_RFC2253_ESCAPED = ',=+<>#;"\\'
-
-
-def _der_items(data: bytes, pos: int = 0, end: int | None = None):
-    """(tag, start of contents, end of contents, start of the item) for each DER item in
-    ``data[pos:end]``."""
-    end = len(data) if end is None else end
-    while pos < end:
-        start = pos
-        tag = data[pos]
-        length = data[pos + 1]
-        pos += 2
-        if length & 0x80:
-            count = length & 0x7F
-            length = int.from_bytes(data[pos:pos + count], "big")
-            pos += count
-        if pos + length > end:
-            raise ValueError("truncated DER item")
-        yield tag, pos, pos + length, start
-        pos += length
-
-
-def _oid_text(body: bytes) -> str:
-    parts: list[int] = []
-    value = 0
-    for byte in body:
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            parts.append(value)
-            value = 0
-    if not parts:
-        return ""
-    first = parts[0]
-    head = [min(first // 40, 2), first - 40 * min(first // 40, 2)]
-    return ".".join(str(p) for p in head + parts[1:])
-
-
-def _escape_rfc2253(text: str) -> str:
-    out = []
-    for c in text:
-        if c in _RFC2253_ESCAPED:
-            out.append("\\" + c)
-        elif c == "\0":
-            out.append("\\00")
-        else:
-            out.append(c)
-    chars = "".join(out)
-    lead = len(chars) - len(chars.lstrip(" \r"))
-    trail = len(chars.rstrip(" \r"))
-    return "".join("\\" + c if i < lead or i >= trail else c for i, c in enumerate(chars))
-
-
-def rfc2253_name(name_der: bytes) -> str:
-    """A DER-encoded X.501 Name as Java's ``X500Principal.getName()`` prints it: the last RDN first,
-    RDNs joined by ``,`` and multi-valued ones by ``+``, RFC 2253 keywords (CN, OU, O, L, ST, C,
-    STREET, DC, UID), other types as OID=#hex, special characters escaped with a backslash."""
-    items = list(_der_items(name_der))
-    if len(items) != 1 or items[0][0] != 0x30:
-        raise ValueError("not a DER Name")
-    _, start, end, _ = items[0]
-    rdns = []
-    for set_tag, set_start, set_end, _ in _der_items(name_der, start, end):
-        if set_tag != 0x31:
-            raise ValueError("RDN is not a SET")
-        avas = []
-        for seq_tag, seq_start, seq_end, _ in _der_items(name_der, set_start, set_end):
-            if seq_tag != 0x30:
-                raise ValueError("attribute is not a SEQUENCE")
-            (oid_tag, oid_start, oid_end, _), (value_tag, value_start, value_end, value_item) = \
-                list(_der_items(name_der, seq_start, seq_end))[:2]
-            oid = _oid_text(name_der[oid_start:oid_end])
-            keyword = _RFC2253_KEYWORDS.get(oid)
-            encoding = _STRING_TAGS.get(value_tag)
-            if keyword is None or encoding is None:
-                avas.append(f"{keyword or oid}=#{name_der[value_item:value_end].hex()}")
-            else:
-                value = name_der[value_start:value_end].decode(encoding, "replace")
-                avas.append(f"{keyword}={_escape_rfc2253(value)}")
-        rdns.append("+".join(avas))
-    return ",".join(reversed(rdns))
-
-
-def certificate_subject(cert_der: bytes) -> str:
-    """The subject of a DER certificate in Java's RFC 2253 form (see ``rfc2253_name``)."""
-    (_, cert_start, cert_end, _), = list(_der_items(cert_der))[:1]
-    (_, tbs_start, tbs_end, _) = next(_der_items(cert_der, cert_start, cert_end))
-    fields = list(_der_items(cert_der, tbs_start, tbs_end))
-    if fields and fields[0][0] == 0xA0:  # [0] version
-        fields = fields[1:]
-    # serialNumber, signature, issuer, validity, subject
-    _, _, subject_end, subject_item = fields[4]
-    return rfc2253_name(cert_der[subject_item:subject_end])
-
-
-# ---------------------------------------------------------------------------------------------------
 # Key stores and trust stores.
 
 
 class ListenerTls:
     """One TLS listener: its SSLContext, principal mapping rules and handshake timeout, and what a
-    dynamic change is checked against: the certificate served (a ``cryptography`` x509 certificate)
-    and whether a trust store is configured."""
+    dynamic change is checked against: the certificate served (DER bytes) and whether a trust store
+    is configured."""
 
     __slots__ = ("listener", "security_protocol", "context", "mapper", "handshake_timeout", "certificate",
                  "has_truststore")
@@ -196,6 +96,43 @@ class ListenerTls:
         return user(self.mapper.name_for(certificate_subject(cert)))
 
 
+# The socket whose TLS handshake runs in this context: minibroker/server/sockets.py sets it in the task
+# that starts a TLS connection, and the event loop runs the handshake in that task's context.
+handshake_socket: ContextVar = ContextVar("handshake_socket", default=None)
+
+
+class AlertingSSLObject(ssl.SSLObject):
+    """The SSLObject of a TLS listener's connections (``SSLContext.sslobject_class``): when the handshake
+    fails it sends the TLS alert OpenSSL wrote (``certificate_required`` for a client without a
+    certificate under ``ssl.client.auth=required``, ``handshake_failure``, ``unknown_ca`` ...) before
+    the event loop closes the connection. asyncio's and uvloop's TLS transports close it with the alert
+    still in their outgoing buffer, so the client would see a bare disconnect and retry; Kafka's
+    SSLEngine sends the alert, and clients fail at once on it."""
+
+    @classmethod
+    def _create(cls, incoming, outgoing, *args, **kwargs):
+        self = super()._create(incoming, outgoing, *args, **kwargs)
+        self._alert_out = outgoing
+        return self
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError:
+            # only the alert is pending: the transport sent everything before it read the client's
+            # last flight, so writing on the socket here keeps the byte order
+            alert = self._alert_out.read()
+            sock = handshake_socket.get()
+            if alert and sock is not None:
+                try:
+                    sock.send(alert)
+                except OSError:  # the client is gone already
+                    pass
+            raise
+
+
 class _Settings:
     """The ``ssl.*`` values of one listener, each with the key that gave it (for messages)."""
 
@@ -211,6 +148,10 @@ class _Settings:
 
     def __getitem__(self, name: str):
         return self.config.for_listener(self.listener, name)
+
+    def is_set(self, name: str) -> bool:
+        """Whether ``name`` was given (with the listener prefix or without), not left to its default."""
+        return self.config.source_of(self.key(name)) != "default"
 
     def where(self, name: str) -> str:
         """``ssl.keystore.location (from --override)``."""
@@ -241,37 +182,19 @@ def _read(settings: _Settings, name: str) -> bytes:
         raise TlsConfigError(f"cannot read {settings.where(name)} {path}: {e.strerror or e}") from None
 
 
-def _load_pem_key(settings: _Settings, pem: bytes, what: str):
-    from cryptography.hazmat.primitives import serialization
-
-    m = _PEM_KEY_RE.search(pem)
-    if m is None:
-        raise TlsConfigError(f"{what}: no private key (-----BEGIN PRIVATE KEY-----) in it")
-    password = _password(settings["ssl.key.password"])
-    encrypted = b"ENCRYPTED" in m.group(1) or b"Proc-Type: 4,ENCRYPTED" in m.group(0)
-    if encrypted and password is None:
-        raise TlsConfigError(f"{what}: the private key is encrypted and {settings.key('ssl.key.password')} "
-                             "is not set")
+def pkcs12_module(what: str):
+    """The cryptography package's PKCS12 reader: Python's ssl reads PEM only. Raises TlsConfigError
+    naming the extra that installs it when it is missing; ``what`` names the store."""
     try:
-        return serialization.load_pem_private_key(m.group(0), password if encrypted else None)
-    except (ValueError, TypeError) as e:
-        hint = f" (wrong {settings.where('ssl.key.password')}?)" if encrypted else ""
-        raise TlsConfigError(f"{what}: cannot read the private key{hint}: {e}") from None
-
-
-def _load_pem_certs(pem: bytes, what: str) -> list:
-    from cryptography import x509
-
-    try:
-        certs = x509.load_pem_x509_certificates(pem)
-    except ValueError as e:
-        raise TlsConfigError(f"{what}: no readable certificate in it ({e})") from None
-    return certs
+        from cryptography.hazmat.primitives.serialization import pkcs12
+    except ImportError:
+        raise TlsConfigError(f"{what} is a PKCS12 store, which needs the cryptography package: "
+                             f"{TLS_EXTRA} (or give a PEM store)") from None
+    return pkcs12
 
 
 def _load_pkcs12(settings: _Settings, data: bytes, password_key: str, what: str):
-    from cryptography.hazmat.primitives.serialization import pkcs12
-
+    pkcs12 = pkcs12_module(what)
     password = _password(settings[password_key])
     try:
         return pkcs12.load_key_and_certificates(data, password)
@@ -280,12 +203,189 @@ def _load_pkcs12(settings: _Settings, data: bytes, password_key: str, what: str)
                              f"{settings.key(password_key)}?): {e}") from None
 
 
-def _key_store(settings: _Settings) -> tuple[object, list, str]:
-    """(private key, certificate chain, what) of the listener's key store."""
+class _KeyPassword:
+    """``load_cert_chain``'s password callback: the key's password, or, when none is set and OpenSSL
+    finds the key encrypted, TlsConfigError naming the key to set (without a callback OpenSSL would
+    prompt on the terminal). Remembers whether OpenSSL asked, to tell a wrong password from a bad file."""
+
+    def __init__(self, password: str | bytes | None, unset_message: str):
+        self.password = password.encode() if isinstance(password, str) else password
+        self.unset_message = unset_message
+        self.asked = False
+
+    def __call__(self) -> bytes:
+        self.asked = True
+        if self.password is None:
+            raise TlsConfigError(self.unset_message)
+        return self.password
+
+
+def _load_from_memory(context: ssl.SSLContext, pem: bytes, password) -> None:
+    """``context.load_cert_chain`` from PEM bytes (Python's ssl reads a key from a file only): on Linux
+    an anonymous memory file (memfd), so the key reaches no disk; elsewhere a private temporary file,
+    removed at once."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("minibroker-keystore", os.MFD_CLOEXEC)
+        try:
+            with open(fd, "wb", closefd=False) as f:
+                f.write(pem)
+            path = f"/proc/self/fd/{fd}"
+            if os.path.exists(path):  # not without /proc
+                context.load_cert_chain(path, password=password)
+                return
+        finally:
+            os.close(fd)
+    fd, path = tempfile.mkstemp(prefix="minibroker-keystore-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+        context.load_cert_chain(path, password=password)
+    finally:
+        os.unlink(path)
+
+
+def _pem_chain(pem: bytes, what: str) -> list[bytes]:
+    try:
+        certs = pem_certificates(pem)
+    except ValueError as e:
+        raise TlsConfigError(f"{what}: no readable certificate in it ({e})") from None
+    if not certs:
+        raise TlsConfigError(f"{what}: no readable certificate (-----BEGIN CERTIFICATE-----) in it")
+    return certs
+
+
+def _check_pem_key(pem: bytes, what: str) -> None:
+    if _PEM_KEY_RE.search(pem) is None:
+        raise TlsConfigError(f"{what}: no private key (-----BEGIN PRIVATE KEY-----) in it")
+
+
+def _load_pem_key_and_chain(context: ssl.SSLContext, pem: bytes, path: str | None, password,
+                            password_key: str, what: str) -> None:
+    key_password = _KeyPassword(password, f"{what}: the private key is encrypted and {password_key} is "
+                                          "not set")
+    try:
+        if path is None:
+            _load_from_memory(context, pem, key_password)
+        else:
+            context.load_cert_chain(path, password=key_password)
+    except ssl.SSLError as e:
+        if "KEY_VALUES_MISMATCH" in str(e):
+            reason = "the private key does not match the certificate"
+        elif key_password.asked:
+            reason = f"cannot decrypt the private key (wrong {password_key}?)"
+        else:
+            reason = f"cannot load the private key and the certificate: {e}"
+        raise TlsConfigError(f"{what}: {reason}") from None
+    except ValueError as e:  # a password longer than OpenSSL takes
+        raise TlsConfigError(f"{what}: {password_key}: {e}") from None
+
+
+def load_pem_key_store(context: ssl.SSLContext, pem: bytes, *, path: str | None, password,
+                       password_key: str, what: str) -> list[bytes]:
+    """Give ``context`` the private key (plain or encrypted with ``password``: PKCS8 or OpenSSL's
+    traditional form) and the certificate chain of a PEM key store, with Python's ssl alone; return the
+    chain as DER, the certificate served first. ``path``: the file ``pem`` was read from, loaded in
+    place (None: through a memory file). ``password_key`` and ``what`` name the password's key and the
+    store in messages. Raises TlsConfigError."""
+    _check_pem_key(pem, what)
+    chain = _pem_chain(pem, what)
+    _load_pem_key_and_chain(context, pem, path, password, password_key, what)
+    return chain
+
+
+def load_key_and_chain(context: ssl.SSLContext, key, certs: list, what: str) -> None:
+    """Give ``context`` a private key and chain read by the cryptography package (a PKCS12 store), as
+    PEM through a memory file (``_load_from_memory``), the key encrypted with a one-time password for
+    where that file is a temporary one. Raises TlsConfigError."""
+    from cryptography.hazmat.primitives import serialization
+
+    one_time = secrets.token_urlsafe(24).encode()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.BestAvailableEncryption(one_time))
+    pem += b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+    try:
+        _load_from_memory(context, pem, one_time)
+    except ssl.SSLError as e:
+        reason = "the private key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(e) else e
+        raise TlsConfigError(f"{what}: {reason}") from None
+
+
+def store_type_of(declared: str, data: bytes, *, explicit: bool) -> str:
+    """The type a store file is read as: ``declared``, except a file declared JKS that is a PKCS12 one
+    (a DER SEQUENCE, not JKS's magic number: Java's JKS type reads both, and keytool has written PKCS12
+    by default since Java 9) and a JKS file whose type was left to minibroker's default, PEM (``explicit``
+    False: Kafka's default is JKS, so Kafka configurations often leave the type out)."""
+    kind = store_kind(data)
+    if declared == "JKS" and kind is None and data[:1] == b"\x30":
+        return "PKCS12"
+    if declared == "PEM" and not explicit and kind == "JKS":
+        return "JKS"
+    return declared
+
+
+def _der_to_pem(label: str, der: bytes) -> bytes:
+    body = base64.encodebytes(der).decode("ascii").replace("\n", "")
+    lines = "\n".join(body[i:i + 64] for i in range(0, len(body), 64))
+    return f"-----BEGIN {label}-----\n{lines}\n-----END {label}-----\n".encode("ascii")
+
+
+def load_jks_key_store(context: ssl.SSLContext, data: bytes, *, store_password, key_password,
+                       store_password_key: str, key_password_key: str, what: str) -> list[bytes]:
+    """Give ``context`` the private key and chain of a JKS key store, checked with ``store_password``
+    (required, as Kafka requires ``ssl.keystore.password``) and unprotected with ``key_password`` (Kafka's
+    ``ssl.key.password``; the store password when None); return the chain as DER, the certificate served
+    first. The first private key entry is used (a key store made for Kafka holds one). The key reaches
+    OpenSSL as PEM through a memory file (``_load_from_memory``), unencrypted: without the cryptography
+    package nothing here can encrypt it, so where no memory file exists (not Linux) it passes through a
+    private temporary file, removed at once. Raises TlsConfigError."""
+    if store_password is None:
+        raise TlsConfigError(f"{what}: SSL key store is specified, but key store password is not specified "
+                             f"(set {store_password_key})")
+    try:
+        store = read_jks(data, str(store_password))
+    except JksPasswordError as e:
+        raise TlsConfigError(f"{what}: {e} (check {store_password_key})") from None
+    except JksError as e:
+        raise TlsConfigError(f"{what}: cannot read the JKS store: {e}") from None
+    if not store.private_keys:
+        raise TlsConfigError(f"{what}: the JKS store holds no private key entry (a trust store?)")
+    entry = store.private_keys[0]
+    if not entry.chain:
+        raise TlsConfigError(f"{what}: the private key entry {entry.alias!r} has no certificate chain")
+    password, password_key = ((key_password, key_password_key) if key_password is not None
+                              else (store_password, store_password_key))
+    try:
+        key = entry.private_key(str(password))
+    except JksError as e:
+        raise TlsConfigError(f"{what}: {e} (check {password_key})") from None
+    pem = _der_to_pem("PRIVATE KEY", key) + b"".join(_der_to_pem("CERTIFICATE", c) for c in entry.chain)
+    _load_pem_key_and_chain(context, pem, None, None, password_key, what)
+    return list(entry.chain)
+
+
+def jks_trusted_certificates(data: bytes, password, password_key: str, what: str) -> list[bytes]:
+    """The certificates a JKS trust store trusts, as DER (Java's rule: its trusted certificate entries and
+    the certificate of each private key entry). Without ``password`` the store's integrity digest is not
+    checked, as Java and Kafka load a trust store given no password. Raises TlsConfigError."""
+    try:
+        store = read_jks(data, None if password is None else str(password))
+    except JksPasswordError as e:
+        raise TlsConfigError(f"{what}: {e} (check {password_key})") from None
+    except JksError as e:
+        raise TlsConfigError(f"{what}: cannot read the JKS store: {e}") from None
+    certs = store.trusted_certificates()
+    if not certs:
+        raise TlsConfigError(f"{what}: the JKS store holds no certificate")
+    return certs
+
+
+def _key_store(settings: _Settings, context: ssl.SSLContext) -> bytes:
+    """Load the listener's key store into ``context``; the DER of the certificate it serves."""
     location = settings["ssl.keystore.location"]
     chain_text = settings["ssl.keystore.certificate.chain"]
     key_text = settings["ssl.keystore.key"]
     store_type = str(settings["ssl.keystore.type"]).upper()
+    password_key = settings.key("ssl.key.password")
     if chain_text is not None or key_text is not None:
         if location is not None:
             raise TlsConfigError(f"{settings.where('ssl.keystore.location')} and "
@@ -299,30 +399,45 @@ def _key_store(settings: _Settings) -> tuple[object, list, str]:
             raise TlsConfigError(f"{settings.where('ssl.keystore.type')} is {store_type}: inline key stores "
                                  "(ssl.keystore.certificate.chain, ssl.keystore.key) are PEM")
         what = settings.key("ssl.keystore.certificate.chain")
-        certs = _load_pem_certs(str(chain_text).encode(), what)
-        key = _load_pem_key(settings, str(key_text).encode(), settings.key("ssl.keystore.key"))
-        return key, certs, what
+        chain = _pem_chain(str(chain_text).encode(), what)
+        key_pem = str(key_text).encode()
+        _check_pem_key(key_pem, settings.key("ssl.keystore.key"))
+        _load_pem_key_and_chain(context, key_pem + b"\n" + str(chain_text).encode(), None,
+                                settings["ssl.key.password"], password_key, what)
+        return chain[0]
     if location is None:
         raise TlsConfigError(f"listener {settings.listener} needs a key store: set "
                              f"{settings.key('ssl.keystore.location')} (or ssl.keystore.certificate.chain "
                              "and ssl.keystore.key), e.g. from `minibroker certs`")
     what = f"{settings.where('ssl.keystore.location')} {location}"
-    data = _read(settings, "ssl.keystore.location")
-    if store_type == "PEM":
-        return _load_pem_key(settings, data, what), _load_pem_certs(data, what), what
     if store_type == "PKCS12":
-        key, cert, extra = _load_pkcs12(settings, data, "ssl.keystore.password", what)
-        if key is None or cert is None:
-            raise TlsConfigError(f"{what}: the PKCS12 store holds no private key with its certificate")
-        return key, [cert, *(extra or [])], what
-    raise TlsConfigError(f"{settings.where('ssl.keystore.type')} is {store_type}: minibroker reads PEM and "
-                         "PKCS12 key stores (keytool -importkeystore -deststoretype PKCS12 converts JKS)")
+        pkcs12_module(what)  # before reading the file: the extra is the first thing to fix
+    elif store_type not in ("PEM", "JKS"):
+        raise TlsConfigError(f"{settings.where('ssl.keystore.type')} is {store_type}: minibroker reads PEM, "
+                             "JKS and PKCS12 key stores")
+    data = _read(settings, "ssl.keystore.location")
+    store_type = store_type_of(store_type, data, explicit=settings.is_set("ssl.keystore.type"))
+    if store_type == "PKCS12":
+        pkcs12_module(what)
+    if store_type == "PEM":
+        return load_pem_key_store(context, data, path=location, password=settings["ssl.key.password"],
+                                  password_key=password_key, what=what)[0]
+    if store_type == "JKS":
+        return load_jks_key_store(context, data, store_password=settings["ssl.keystore.password"],
+                                  key_password=settings["ssl.key.password"],
+                                  store_password_key=settings.key("ssl.keystore.password"),
+                                  key_password_key=password_key, what=what)[0]
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    key, cert, extra = _load_pkcs12(settings, data, "ssl.keystore.password", what)
+    if key is None or cert is None:
+        raise TlsConfigError(f"{what}: the PKCS12 store holds no private key with its certificate")
+    load_key_and_chain(context, key, [cert, *(extra or [])], what)
+    return cert.public_bytes(Encoding.DER)
 
 
 def _trusted_pem(settings: _Settings) -> str | None:
     """The listener's trusted CA certificates as PEM text, None when no trust store is set."""
-    from cryptography.hazmat.primitives.serialization import Encoding
-
     location = settings["ssl.truststore.location"]
     inline = settings["ssl.truststore.certificates"]
     store_type = str(settings["ssl.truststore.type"]).upper()
@@ -330,44 +445,34 @@ def _trusted_pem(settings: _Settings) -> str | None:
         if location is not None:
             raise TlsConfigError(f"{settings.where('ssl.truststore.location')} and "
                                  f"{settings.key('ssl.truststore.certificates')} are both set; give one")
-        certs = _load_pem_certs(str(inline).encode(), settings.key("ssl.truststore.certificates"))
+        certs = _pem_chain(str(inline).encode(), settings.key("ssl.truststore.certificates"))
     elif location is None:
         return None
     else:
         what = f"{settings.where('ssl.truststore.location')} {location}"
+        if store_type == "PKCS12":
+            pkcs12_module(what)
+        elif store_type not in ("PEM", "JKS"):
+            raise TlsConfigError(f"{settings.where('ssl.truststore.type')} is {store_type}: minibroker reads "
+                                 "PEM, JKS and PKCS12 trust stores")
         data = _read(settings, "ssl.truststore.location")
+        store_type = store_type_of(store_type, data, explicit=settings.is_set("ssl.truststore.type"))
+        if store_type == "PKCS12":
+            pkcs12_module(what)
         if store_type == "PEM":
-            certs = _load_pem_certs(data, what)
-        elif store_type == "PKCS12":
+            certs = _pem_chain(data, what)
+        elif store_type == "JKS":
+            certs = jks_trusted_certificates(data, settings["ssl.truststore.password"],
+                                             settings.key("ssl.truststore.password"), what)
+        else:
+            from cryptography.hazmat.primitives.serialization import Encoding
+
             _, cert, extra = _load_pkcs12(settings, data, "ssl.truststore.password", what)
-            certs = ([cert] if cert is not None else []) + list(extra or [])
+            found = ([cert] if cert is not None else []) + list(extra or [])
+            certs = [c.public_bytes(Encoding.DER) for c in found]
             if not certs:
                 raise TlsConfigError(f"{what}: the PKCS12 store holds no certificate")
-        else:
-            raise TlsConfigError(f"{settings.where('ssl.truststore.type')} is {store_type}: minibroker reads "
-                                 "PEM and PKCS12 trust stores")
-    return "".join(c.public_bytes(Encoding.PEM).decode() for c in certs)
-
-
-def _load_chain(context: ssl.SSLContext, key, certs: list, what: str) -> None:
-    """Give ``context`` the key and chain. Python's ssl loads them from a file only: a private
-    temporary file, the key encrypted in it with a one-time password, removed at once."""
-    from cryptography.hazmat.primitives import serialization
-
-    one_time = secrets.token_urlsafe(24).encode()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.BestAvailableEncryption(one_time))
-    pem += b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
-    fd, path = tempfile.mkstemp(prefix="minibroker-keystore-", suffix=".pem")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
-        context.load_cert_chain(path, password=one_time)
-    except ssl.SSLError as e:
-        reason = "the private key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(e) else e
-        raise TlsConfigError(f"{what}: {reason}") from None
-    finally:
-        os.unlink(path)
+    return "".join(ssl.DER_cert_to_PEM_cert(c) for c in certs)
 
 
 def _versions(settings: _Settings) -> tuple[ssl.TLSVersion, ssl.TLSVersion | None]:
@@ -413,6 +518,7 @@ def _build(config, listener: str, security_protocol: str, handshake_timeout: flo
     TlsConfigError."""
     settings = _Settings(config, listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.sslobject_class = AlertingSSLObject
     low, high = _versions(settings)
     if _ciphers(settings, context, high):
         low = ssl.TLSVersion.TLSv1_3
@@ -421,8 +527,7 @@ def _build(config, listener: str, security_protocol: str, handshake_timeout: flo
         context.maximum_version = high
     except ValueError as e:
         raise TlsConfigError(f"{settings.where('ssl.enabled.protocols')}: {e}") from None
-    key, certs, what = _key_store(settings)
-    _load_chain(context, key, certs, what)
+    certificate = _key_store(settings, context)
     # Kafka applies ssl.client.auth to a SASL_SSL listener only when set with the listener prefix.
     if security_protocol == "SASL_SSL":
         client_auth = config.listener_override(listener, "ssl.client.auth") or "none"
@@ -442,7 +547,7 @@ def _build(config, listener: str, security_protocol: str, handshake_timeout: flo
     elif client_auth != "none":
         context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     mapper = PrincipalMapper(config.for_listener(listener, "ssl.principal.mapping.rules"))
-    return ListenerTls(listener, security_protocol, context, mapper, handshake_timeout, certs[0],
+    return ListenerTls(listener, security_protocol, context, mapper, handshake_timeout, certificate,
                        trusted is not None)
 
 
@@ -451,21 +556,10 @@ def server_context(config, listener: str, security_protocol: str) -> ssl.SSLCont
     return _build(config, listener, security_protocol, HANDSHAKE_TIMEOUT_S).context
 
 
-def _subject_alt_names(certificate) -> set:
-    from cryptography import x509
-
-    try:
-        return set(certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
-    except x509.ExtensionNotFound:
-        return set()
-
-
 def _check_reconfiguration(config, old: ListenerTls, new: ListenerTls) -> None:
     """Kafka's checks of a listener's new TLS settings against the ones serving (SslFactory): the
     certificate keeps its subject and subject alternative names unless allowed, and a trust store
     cannot be added to a listener started without one. Raises TlsConfigError."""
-    from cryptography.hazmat.primitives.serialization import Encoding
-
     settings = _Settings(config, old.listener)
     if new.has_truststore and not old.has_truststore:
         raise TlsConfigError("Cannot add SSL truststore to an existing listener for which no truststore was "
@@ -473,15 +567,17 @@ def _check_reconfiguration(config, old: ListenerTls, new: ListenerTls) -> None:
                              "to add one")
     if old.certificate is None:
         return
-    old_dn = certificate_subject(old.certificate.public_bytes(Encoding.DER))
-    new_dn = certificate_subject(new.certificate.public_bytes(Encoding.DER))
+    try:
+        old_dn, new_dn = certificate_subject(old.certificate), certificate_subject(new.certificate)
+        old_sans, new_sans = certificate_alt_names(old.certificate), certificate_alt_names(new.certificate)
+    except ValueError as e:
+        raise TlsConfigError(f"cannot read the names of the new or the serving certificate: {e}") from None
     if not settings["ssl.allow.dn.changes"] and old_dn.lower() != new_dn.lower():
         allow = settings.key("ssl.allow.dn.changes")
         raise TlsConfigError(f"Keystore DistinguishedName does not match: existing={{DN={old_dn}}}, "
                              f"new={{DN={new_dn}}} (a broker started with {allow}=true allows it)")
-    old_sans, new_sans = _subject_alt_names(old.certificate), _subject_alt_names(new.certificate)
     if not settings["ssl.allow.san.changes"] and not old_sans <= new_sans:
-        missing = ", ".join(sorted(str(getattr(n, "value", n)) for n in old_sans - new_sans))
+        missing = ", ".join(f"{kind}:{value}" for kind, value in sorted(old_sans - new_sans))
         allow = settings.key("ssl.allow.san.changes")
         raise TlsConfigError(f"Keystore SubjectAltNames do not match: the new certificate lacks {missing} "
                              f"(a broker started with {allow}=true allows it)")

@@ -114,7 +114,11 @@ class Broker:
                                                   self.config["log.message.format.version"]))
         # Dynamic configs first (a read, nothing written): TLS keys altered at run time apply to the
         # contexts built next, and topic configs inherit from them when the logs load.
-        self.load_dynamic_configs()
+        readable = self.load_dynamic_configs()
+        from minibroker.services.features import ensure_elr_min_isr
+
+        # in memory here; saved once the dirs are locked, unless that would overwrite an unreadable file
+        elr_min_isr_change = ensure_elr_min_isr(self.config)
         tls_by_listener = self._listener_tls()
         log_dirs = self.config.log_dirs
         self.logs = LogManager(log_dirs, self.config, self.node_id)
@@ -142,6 +146,9 @@ class Broker:
                     raise
                 except OSError as exc:  # e.g. a read-only dir: meta.properties cannot be written
                     raise self._log_dir_error(exc) from exc
+            if elr_min_isr_change and readable:
+                self.save_dynamic_configs()
+                log.info("eligible leader replicas are on: %s", elr_min_isr_change)
             self._start_services()
             self.socket_server = SocketServer(self, self.config)
             protocols = self.config.security_protocol_map()
@@ -165,6 +172,7 @@ class Broker:
             self.logs.close()  # releases the locks; writes nothing if the logs never loaded
             raise
         self.logs.start_retention()
+        self.logs.resume_moves()  # partition moves between log dirs a restart cut short
         self.started_at = time.time()
         self.ready.set()
         log.info("minibroker ready: node %d, cluster %s, listening on %s (advertised %s), data in %s, "
@@ -236,20 +244,24 @@ class Broker:
     # them in its metadata: here a JSON file at the log dir root, rewritten on every change.
     DYNAMIC_CONFIGS_FILE = "minibroker-dynamic-configs.json"
 
-    def load_dynamic_configs(self) -> None:
+    def load_dynamic_configs(self) -> bool:
+        """Apply the saved dynamic layers; False when the file is there but unreadable."""
         from minibroker.storage.metadata_file import MetadataFileError, load_metadata
 
+        if not os.path.isdir(self.config.data_dir):  # nothing saved yet; or unusable, which the lock reports
+            return True
         try:
             saved = load_metadata(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE, {})
         except MetadataFileError as e:  # settings, unlike ACLs or credentials: start on the static ones
             log.warning("ignoring unreadable dynamic configs: %s", e)
-            return
+            return False
         for layer, cluster_default in (("broker", False), ("cluster_default", True)):
             for key, value in saved.get(layer, {}).items():
                 try:
                     self.config.set_dynamic(key, value, cluster_default=cluster_default)
                 except Exception as e:  # a key this version no longer accepts: keep starting
                     log.warning("ignoring saved dynamic config %s=%s: %s", key, value, e)
+        return True
 
     def save_dynamic_configs(self) -> None:
         from minibroker.storage.metadata_file import save_metadata

@@ -341,7 +341,11 @@ class SocketServer:
             else:
                 # The TLS handshake happens here, before the connection is made: a client that does
                 # not finish it (plaintext bytes, no certificate under ssl.client.auth=required, silence)
-                # fails or times out here and is closed; its slot counts until then.
+                # fails or times out here and is closed; its slot counts until then. A failed handshake
+                # sends its alert on this socket first (minibroker/security/tls.py AlertingSSLObject).
+                from minibroker.security.tls import handshake_socket
+
+                handshake_socket.set(sock)
                 await self._loop.connect_accepted_socket(
                     lambda: conn, sock, ssl=tls.context, ssl_handshake_timeout=tls.handshake_timeout,
                     ssl_shutdown_timeout=tls.handshake_timeout)

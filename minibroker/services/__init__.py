@@ -32,9 +32,7 @@ def _client_quotas(broker):
 def _replicas(broker):
     from minibroker.services.replica_manager import ReplicaManager
 
-    replicas = ReplicaManager(broker)
-    broker.on_close(replicas.write_snapshots)
-    return replicas
+    return ReplicaManager(broker)
 
 
 def _fetch_sessions(broker):

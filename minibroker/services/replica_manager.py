@@ -1,15 +1,15 @@
 """Appends to and reads from the local partition logs, as Kafka's ReplicaManager does on a leader.
 
-Owner of: each partition's producer state table, the waiters of long-polling fetches and the
-worker thread that validates what would hold the event loop too long.
+Owner of: the waiters of long-polling fetches and the worker thread that validates what would hold
+the event loop too long. Each partition's producer state table is its log's (``PartitionLog.producer_state``).
 
 Transactions, on the log side: ``write_txn_marker`` appends an end-transaction marker for the
 transaction coordinator (Kafka's coordinator-origin append: no client validation), closes the
 producer's transaction in the partition's producer state and, for an abort, adds the transaction
 to the ``.txnindex`` of the segment holding the marker. ``last_stable_offset`` is the first offset
-of the earliest open transaction, else the high watermark. The producer state is loaded lazily, by
-minibroker/storage/producer_state.py (the latest snapshot, then the log after it; after an unclean
-shutdown that load also refills the txn indexes that recovery emptied).
+of the earliest open transaction, else the high watermark. The producer state is loaded lazily by the
+partition log, with minibroker/storage/producer_state.py (the latest snapshot, then the log after it;
+after an unclean shutdown that load also refills the txn indexes that recovery emptied).
 
 The append path is synchronous from reading the log end offset to the write (no await between
 them), so offsets are assigned exactly once, in order. Validation is part of that step for
@@ -33,7 +33,8 @@ from typing import NamedTuple
 
 from minibroker.config.message_format import DEFAULT_MESSAGE_FORMAT_VERSION, magic_for_version
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.storage.producer_state import ProducerStateTable, aborted_txn, load_producer_state
+from minibroker.records import accelerator
+from minibroker.storage.producer_state import ProducerStateTable, aborted_txn
 
 log = logging.getLogger("minibroker.replica")
 append_log = logging.getLogger("minibroker.append")
@@ -54,6 +55,15 @@ APPEND_TRACE_BYTES = 4096  # at most this much of each side is logged
 INLINE_VALIDATION_WORK = 5_000_000
 DEFER_COMPRESSED_BYTES = 256 * 1024
 DEFER_RECORDS = 4000
+# Where the record layer's C accelerator walks the records (issue 29: ~15 ns a record, and the GIL
+# released for large windows), an lz4 or zstd v2 batch's cost is its decompression, about a
+# nanosecond a byte: one of up to 1 MiB (max.message.bytes' default) is validated inline, and the
+# budget still stops what inflates too far. Measured with kcat's 1 MB batches: broker CPU -35% (lz4)
+# and -17% (zstd) against the worker (docs/benchmarks.md). gzip (3 units a byte) and snappy keep the
+# bounds above.
+ACCELERATED_INLINE_CODECS = (3, 4)  # lz4, zstd
+DEFER_COMPRESSED_BYTES_ACCELERATED = 1024 * 1024 + 1024
+DEFER_RECORDS_ACCELERATED = 100_000
 VALIDATION_THREADS = 1
 GIL_SWITCH_INTERVAL = 0.001  # set once the worker starts (see ReplicaManager._workers)
 
@@ -74,14 +84,19 @@ _validator = None
 def _foreseeably_long(records) -> bool:
     """Whether ``records`` starts with a compressed entry (any magic) whose validation will take long
     whatever it inflates to: ``DEFER_COMPRESSED_BYTES`` or more, or a v2 batch declaring
-    ``DEFER_RECORDS`` records or more."""
+    ``DEFER_RECORDS`` records or more (an lz4 or zstd v2 batch: the ``_ACCELERATED`` bounds where
+    the C accelerator walks the records)."""
     if len(records) < 61:
         return False
     if records[16] != 2:
         return bool(records[17] & 0x07) and len(records) >= DEFER_COMPRESSED_BYTES
     if not records[22] & 0x07:
         return False
-    return len(records) >= DEFER_COMPRESSED_BYTES or _I32.unpack_from(records, 57)[0] >= DEFER_RECORDS
+    if records[22] & 0x07 in ACCELERATED_INLINE_CODECS and accelerator.active():
+        big, many = DEFER_COMPRESSED_BYTES_ACCELERATED, DEFER_RECORDS_ACCELERATED
+    else:
+        big, many = DEFER_COMPRESSED_BYTES, DEFER_RECORDS
+    return len(records) >= big or _I32.unpack_from(records, 57)[0] >= many
 
 
 _I32 = struct.Struct(">i")
@@ -218,7 +233,6 @@ class ReplicaManager:
     def __init__(self, broker) -> None:
         self.broker = broker
         self.logs = broker.logs
-        self._producer_states: dict[tuple[str, int], ProducerStateTable] = {}
         self._waiters: dict[tuple[str, int], set[asyncio.Future]] = {}
         self._append_configs: dict[tuple[str, int], tuple] = {}
         self._executor = None  # the validation worker (append_records_in_worker), started on first use
@@ -230,30 +244,10 @@ class ReplicaManager:
         return self.logs.get_log(topic, partition)  # raises UNKNOWN_TOPIC_OR_PARTITION
 
     def producer_state(self, topic: str, partition: int) -> ProducerStateTable:
-        key = (topic, partition)
-        table = self._producer_states.get(key)
-        if table is None:
-            table = load_producer_state(self.get_log(topic, partition))
-            self._producer_states[key] = table
-        return table
-
-    def write_snapshots(self) -> None:
-        """A snapshot of every loaded producer state at its log end (at close): the next start replays
-        nothing before it. Written when empty too, so a restart does not replay a whole log to learn
-        that nothing is open."""
-        for (topic, partition), table in self._producer_states.items():
-            try:
-                plog = self.logs.get_log(topic, partition)
-            except KafkaError:
-                continue  # deleted since
-            if not plog.closed and plog.offline_reason is None and not plog.read_only:
-                try:
-                    table.write_snapshot(plog.directory, plog.log_end_offset)
-                except OSError as e:
-                    log.warning("could not write producer snapshot for %s-%d: %s", topic, partition, e)
+        """The partition's producer state (its log loads it on first use)."""
+        return self.get_log(topic, partition).producer_state
 
     def forget_partition(self, topic: str, partition: int) -> None:
-        self._producer_states.pop((topic, partition), None)
         self._append_configs.pop((topic, partition), None)
 
     def _append_config(self, topic: str, partition: int, plog):

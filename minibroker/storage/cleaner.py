@@ -71,6 +71,7 @@ from minibroker.records.record import TimestampType
 from minibroker.storage import checkpoints as ckpt
 from minibroker.storage.log_dir_move import crash_hook_from_env
 from minibroker.storage.partition_log import PartitionLog
+from minibroker.storage.producer_state import snapshot_path
 from minibroker.storage.segment import LogSegment
 from minibroker.storage.segment_swap import remove_files, rename_segment_files, segment_paths
 from minibroker.storage.txn_index import AbortedTxn
@@ -1369,6 +1370,8 @@ class LogCleaner:
                   "segment list %.2f ms (on the loop)", plog.topic, plog.partition, len(old), base,
                   (moved - started) * 1000, (time.monotonic() - moved) * 1000)
         self._step("swap_done", merge)
+        # as Kafka's replaceSegments: the producer snapshots of the segments merged away go too, later
+        doomed = doomed + [snapshot_path(directory, s.base_offset) for s in old if s.base_offset != base]
         delay = int(plog.config.get("file.delete.delay.ms", 60000))
         if delay <= 0:
             yield _Blocking(remove_files, (doomed,))

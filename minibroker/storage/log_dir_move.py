@@ -8,7 +8,8 @@ thread while the partition keeps serving, then once more on the event loop, appe
 
 On-disk contract:
 - ``<dest>/<topic>-<partition>.<32 hex>-future``: a copy in progress. Discarded at start-up when the
-  partition's current dir is still there (the move did not commit; the source is intact).
+  partition's current dir is still there (the move did not commit; the source is intact), and the move
+  to ``<dest>`` started again (``LogManager.resume_moves``).
 - ``MOVED_FROM_FILE`` inside a partition dir: written (fsynced) into the future dir just before it
   is renamed to ``<topic>-<partition>``, which is the move's commit point, and removed once the
   source dir has been renamed ``<topic>-<partition>.<32 hex>-delete``. At start-up a partition found

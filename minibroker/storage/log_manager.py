@@ -18,7 +18,8 @@ Several log dirs (JBOD): each locked, with its own ``meta.properties`` (one clus
 start-up is refused) and checkpoints; a new partition goes to the online dir holding the fewest; a
 failed dir goes offline alone. ``move_partition`` (AlterReplicaLogDirs) moves a partition to another
 dir through a ``-future`` copy (storage/log_dir_move.py) swapped in on the loop; start-up settles what
-a crash left (``_settle_duplicates``, discarded ``-future`` dirs). See docs/storage.md, "Several log dirs".
+a crash left (``_settle_duplicates``; a ``-future`` dir of a move that did not commit is discarded and
+the move started again by ``resume_moves``). See docs/storage.md, "Several log dirs".
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ class LogManager:
         # partitions answer KAFKA_STORAGE_ERROR to appends and keep serving reads, until a restart.
         self.offline_dirs: dict[str, str] = {}
         self._moves: dict[tuple[str, int], _Move] = {}  # AlterReplicaLogDirs moves in progress
+        # moves a restart cut short (their future dirs, found by load()) -> destination; resume_moves()
+        self._moves_to_resume: dict[tuple[str, int], str] = {}
         self._move_crash = mv.move_crash_hook_from_env()  # tests: MINIBROKER_MOVE_CRASH_AT
         self._delayed_deletes: list[asyncio.TimerHandle] = []  # moved partitions' old "-delete" dirs
 
@@ -193,10 +196,13 @@ class LogManager:
         found = {key: self._settle_duplicates(key, where) for key, where in candidates.items()}
         for key, full in futures:  # moves that did not commit: the source dir is intact
             if key in found:
-                log.warning("discarding %s: the move of %s-%d to %s did not finish before the last "
-                            "shutdown; the partition stays in %s (send AlterReplicaLogDirs again)",
-                            full, key[0], key[1], os.path.dirname(full), found[key][0])
+                destination = os.path.dirname(full)
+                log.warning("%s-%d: the move to %s did not finish before the last shutdown; it starts "
+                            "again once the logs are loaded (its copy %s is discarded)", key[0], key[1],
+                            destination, full)
                 _rmtree(full)
+                if destination != found[key][0]:
+                    self._moves_to_resume[key] = destination
             else:
                 log.error("%s is a partition move's copy, but %s-%d is in no log dir: left as it is, not "
                           "served", full, key[0], key[1])
@@ -463,6 +469,19 @@ class LogManager:
         self._moves[key] = move
         move.task = asyncio.get_running_loop().create_task(self._move(move), name=f"move-{topic}-{partition}")
 
+    def resume_moves(self) -> None:
+        """Start again each move a restart cut short (load() found its future dir), as Kafka's broker
+        goes on filling a future replica it finds at start-up: the partition still ends in the dir
+        AlterReplicaLogDirs asked for. The copy starts over (Kafka's goes on from the future log's
+        end). On the event loop, once the logs are loaded."""
+        pending, self._moves_to_resume = self._moves_to_resume, {}
+        for (topic, partition), destination in sorted(pending.items()):
+            try:
+                self.move_partition(topic, partition, destination)
+            except KafkaError as exc:
+                log.warning("%s-%d: the move to %s is not resumed: %s", topic, partition, destination,
+                            exc.message)
+
     def is_moving(self, topic: str, partition: int) -> bool:
         """A move of the partition to another log dir is in progress: the log cleaner leaves it alone
         (its swaps would only make the copy start over)."""
@@ -596,7 +615,7 @@ class LogManager:
         except OSError as exc:
             self.dir_failed(move.source, exc, f"closing {topic}-{partition} for its move")
             self._reopen(key, move.source, source, info, log_start, plog.recovery_point, clean=False,
-                         listeners=listeners)
+                         listeners=listeners, producer_state=plog.loaded_producer_state)
             return False
         try:
             move.copy.copy_round(active_base, final=True, throttle=False)
@@ -634,7 +653,7 @@ class LogManager:
                 log.error("%s-%d: move to %s failed: %s; the partition stays in %s", topic, partition,
                           move.destination, exc, move.source)
             self._reopen(key, move.source, source, info, log_start, plog.log_end_offset, clean=True,
-                         listeners=listeners)
+                         listeners=listeners, producer_state=plog.loaded_producer_state)
             return False
         # Committed: the new dir is complete and named; the source is stale from here on.
         self._crash_step("future_renamed")
@@ -647,7 +666,7 @@ class LogManager:
             doomed = None
         self._crash_step("source_renamed")
         self._reopen(key, move.destination, real, info, log_start, plog.log_end_offset, clean=True,
-                     listeners=listeners)
+                     listeners=listeners, producer_state=plog.loaded_producer_state)
         if doomed is not None:
             _drop_moved_from(real)
         self.write_checkpoints()
@@ -665,8 +684,10 @@ class LogManager:
     def _delete_later(self, path: str) -> None:
         asyncio.get_running_loop().run_in_executor(None, _rmtree, path)
 
-    def _reopen(self, key, d, full, info, log_start, recovery_point, *, clean, listeners) -> None:
-        """Open ``full`` as the partition's log in dir ``d`` (read-only when ``d`` is offline)."""
+    def _reopen(self, key, d, full, info, log_start, recovery_point, *, clean, listeners,
+                producer_state=None) -> None:
+        """Open ``full`` as the partition's log in dir ``d`` (read-only when ``d`` is offline), with the
+        closed log's listeners and loaded producer state."""
         topic, partition = key
         plog = self._open_log(d, full, topic, partition, info, {key: log_start}, {key: recovery_point}, clean)
         if plog is None:
@@ -674,6 +695,7 @@ class LogManager:
             self._dir_of.pop(key, None)
             return
         self._register(plog, d)
+        plog.adopt_producer_state(producer_state)
         for callback in listeners:
             plog.add_append_listener(callback)
 
@@ -856,6 +878,18 @@ class LogManager:
         self._dir_of[key] = log_dir
         plog.on_log_start_offset_change = self._start_offset_changed
         plog.on_storage_error = self._storage_error_from
+        plog.producer_id_expiration_ms = broker_setting(self.config, "producer.id.expiration.ms")
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """One pass of Kafka's PeriodicProducerExpirationCheck over every log whose producer state is
+        loaded, with the current ``producer.id.expiration.ms`` (a dynamic setting); returns how many
+        producer ids were forgotten."""
+        expiration_ms = broker_setting(self.config, "producer.id.expiration.ms")
+        removed = 0
+        for plog in self.logs():
+            plog.producer_id_expiration_ms = expiration_ms
+            removed += len(plog.remove_expired_producers(now_ms))
+        return removed
 
     def _start_offset_changed(self, plog: PartitionLog) -> None:
         d = self._dir_of.get((plog.topic, plog.partition))
@@ -899,7 +933,11 @@ class LogManager:
             return
         files = [seg.file for _, segs in work for seg in segs if seg.file is not None]
         dirs = [plog.directory for plog, _ in work]
-        failed = await asyncio.to_thread(_fsync_files, files, dirs)
+        # the producer snapshot each roll wrote unsynced, named after the segment that followed
+        from minibroker.storage.producer_state import snapshot_path  # with the partitions that have some
+
+        snapshots = [snapshot_path(plog.directory, seg.next_offset) for plog, segs in work for seg in segs]
+        failed = await asyncio.to_thread(_fsync_files, files, dirs, snapshots)
         for plog, segs in work:
             bad = [f for f in [seg.file for seg in segs] + [plog.directory] if f in failed]
             if bad:
@@ -922,9 +960,11 @@ class LogManager:
     async def _upkeep(self) -> None:
         retention_ms = broker_setting(self.config, "log.retention.check.interval.ms")
         checkpoint_ms = broker_setting(self.config, "log.flush.offset.checkpoint.interval.ms")
-        tick = max(0.01, min(retention_ms, checkpoint_ms, 1000) / 1000)
+        expiration_check_ms = broker_setting(self.config, "producer.id.expiration.check.interval.ms")
+        tick = max(0.01, min(retention_ms, checkpoint_ms, expiration_check_ms, 1000) / 1000)
         now = time.monotonic()
         next_retention, next_checkpoint = now + retention_ms / 1000, now + checkpoint_ms / 1000
+        next_expiration = now + expiration_check_ms / 1000
         while True:
             await asyncio.sleep(tick)
             try:
@@ -938,6 +978,9 @@ class LogManager:
                 if now >= next_checkpoint:
                     next_checkpoint = now + checkpoint_ms / 1000
                     self.write_checkpoints()
+                if now >= next_expiration:
+                    next_expiration = now + expiration_check_ms / 1000
+                    self.remove_expired_producers()
             except Exception:
                 log.exception("log upkeep failed; retrying at the next tick")
 
@@ -1014,11 +1057,26 @@ def _warn_deprecated_format(topic: str, overrides: Mapping[str, str]) -> None:
         log.warning("%s", deprecation_warning("message.format.version", value, topic))
 
 
-def _fsync_files(files, dirs=()) -> dict:
-    """fsync each file, then each directory; returns {file or dir: OSError} for those that failed
-    (an fsync error means the data may not be on disk: the segment stays unflushed and its dir
-    goes offline)."""
+def _fsync_files(files, dirs=(), paths=()) -> dict:
+    """fsync each file, each file at ``paths`` (missing ones skipped), then each directory; returns
+    {file or dir: OSError} for those that failed (an fsync error means the data may not be on disk:
+    the segment stays unflushed and its dir goes offline; a snapshot that failed is only logged, as
+    a torn one is passed over at load)."""
     failed = {}
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("could not open producer snapshot %s to fsync it: %s", path, exc)
+            continue
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            log.warning("could not fsync producer snapshot %s: %s", path, exc)
+        finally:
+            os.close(fd)
     for f in files:
         try:
             os.fsync(f.fileno())

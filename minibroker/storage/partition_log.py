@@ -8,6 +8,12 @@ done off the loop is the fsync of sealed segments, driven by ``LogManager`` thro
 Offsets: ``log_start_offset`` <= every readable offset < ``log_end_offset`` (LEO). On one node
 the high watermark is the LEO. Leader epoch is always 0; ``leader-epoch-checkpoint`` records
 ``0 <first offset appended>``.
+
+Producer state (``producer_state``, storage/producer_state.py): loaded on first use, as Kafka's
+``UnifiedLog`` keeps its ``ProducerStateManager``. A snapshot of it is written at every roll, named
+after the new segment's base offset (loading it first if need be), and at close; a deleted segment
+takes its snapshot along, so recovery after a crash replays at most the segments after the latest
+snapshot at or below the recovery point.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol.file_region import FileRegion
 from minibroker.records.framing import EntryInfo, scan_entries
 from minibroker.storage import checkpoints
+from minibroker.storage import producer_state as ps
 from minibroker.storage.segment import LogSegment
 from minibroker.storage.segment_swap import complete_interrupted_swap
 from minibroker.storage.timestamps import offset_of_max_timestamp, record_at_or_after
@@ -98,6 +105,9 @@ class PartitionLog:
         # are then neither deleted (retention, DeleteRecords: the next retention check does it) nor
         # truncated, so that the swap finds on the loop the segments whose files it moved.
         self.swap_in_progress = False
+        self._producer_state: ps.ProducerStateTable | None = None
+        # producer.id.expiration.ms, a broker setting (the LogManager keeps it current)
+        self.producer_id_expiration_ms = ps.DEFAULT_PRODUCER_ID_EXPIRATION_MS
         self.update_config(config)
 
     # ---- construction -------------------------------------------------------------------------
@@ -306,6 +316,7 @@ class PartitionLog:
             )
         if not read_only:
             _remove_snapshots_past(name, directory, segments[-1].next_offset)
+            ps.remove_stray_snapshots(directory, [s.base_offset for s in segments])
         epoch_path = os.path.join(directory, checkpoints.LEADER_EPOCH_CHECKPOINT)
         try:
             epochs = checkpoints.read_epoch_checkpoint(epoch_path)
@@ -368,6 +379,49 @@ class PartitionLog:
     @property
     def config(self) -> dict[str, Any]:
         return self._config
+
+    @property
+    def producer_state(self) -> ps.ProducerStateTable:
+        """The partition's producer state, loaded on first use (the latest snapshot, then the log
+        after it: ``producer_state.load_producer_state``). Owned by the event loop like the log."""
+        if self._producer_state is None:
+            self._producer_state = ps.load_producer_state(
+                self, now_ms=self._now_ms(), expiration_ms=self.producer_id_expiration_ms
+            )
+        return self._producer_state
+
+    @property
+    def loaded_producer_state(self) -> ps.ProducerStateTable | None:
+        """The producer state if it is loaded, else None (nothing is read)."""
+        return self._producer_state
+
+    def adopt_producer_state(self, table: ps.ProducerStateTable | None) -> None:
+        """Take over the loaded producer state of this partition's previous log object (a move between
+        log dirs reopens the log)."""
+        if table is not None and self._producer_state is None:
+            self._producer_state = table
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
+        """Forget the producers idle for ``producer_id_expiration_ms`` without an open transaction
+        (Kafka's periodic check); a state not loaded is left alone (its snapshot is filtered when it
+        is loaded). Returns the ids forgotten."""
+        if self._producer_state is None:
+            return []
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        expired = self._producer_state.remove_expired(now_ms, self.producer_id_expiration_ms)
+        if expired:
+            log.info("%s-%d: %d producer ids expired (idle for producer.id.expiration.ms=%d)",
+                     self._topic, self._partition, len(expired), self.producer_id_expiration_ms)
+        return expired
+
+    def write_producer_snapshot(self, offset: int | None = None, *, sync: bool = True) -> str | None:
+        """Write the loaded producer state as ``<offset>.snapshot`` (the log end by default); None
+        when it is not loaded or the log cannot be written."""
+        if self._producer_state is None or self.read_only or self.offline_reason is not None:
+            return None
+        return self._producer_state.write_snapshot(
+            self.directory, self._leo if offset is None else offset, sync=sync
+        )
 
     @property
     def segments(self) -> list[LogSegment]:
@@ -493,6 +547,7 @@ class PartitionLog:
         if old.size == 0:
             return old
         old.seal()
+        state = self.producer_state  # loaded before the new segment exists: it covers the log so far
         new = LogSegment.create(
             self.directory,
             self._leo,
@@ -500,6 +555,10 @@ class PartitionLog:
             index_interval_bytes=self._index_interval,
             clock=self._clock,
         )
+        # Kafka's roll: a snapshot named after the new segment, so that recovering the new segment
+        # starts from it. Not fsynced here (on the loop): LogManager's flush of the sealed segment
+        # fsyncs it (``snapshot_path`` of the next base).
+        state.write_snapshot(self.directory, new.base_offset, sync=False)
         if self._segment_jitter_ms > 0:
             self._roll_jitter[new.base_offset] = random.randrange(self._segment_jitter_ms)
         self._segments.append(new)
@@ -805,6 +864,7 @@ class PartitionLog:
             return
         for segment in doomed:
             segment.delete()
+            ps.delete_snapshot(self.directory, segment.base_offset)  # as Kafka's deleteProducerSnapshots
         del self._segments[: len(doomed)]
         del self._bases[: len(doomed)]
         log.info(
@@ -843,6 +903,7 @@ class PartitionLog:
         if offset <= self._log_start:
             self._truncate_fully(max(offset, 0))
         else:
+            self._producer_state = None  # reloaded from the snapshots left (Kafka's truncateAndReload)
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 self._segments.pop().delete()
                 self._bases.pop()
@@ -854,6 +915,9 @@ class PartitionLog:
                 self._truncate_fully(self._log_start)
         self._leo = self._segments[-1].next_offset
         self._recovery_point = min(self._recovery_point, self._leo)
+        for snapshot_offset, path in ps.snapshot_files(self.directory):
+            if snapshot_offset > self._leo:
+                _remove(path)
         self._fix_epoch_entries()
         return self._leo
 
@@ -861,6 +925,10 @@ class PartitionLog:
         """Empty the log and restart it at ``start``."""
         for segment in self._segments:
             segment.delete()
+        for _, path in ps.snapshot_files(self.directory):  # Kafka's truncateFullyAndStartAt
+            _remove(path)
+        if self._producer_state is not None:
+            self._producer_state = ps.ProducerStateTable()
         self._segments = [
             LogSegment.create(
                 self.directory,
@@ -889,6 +957,9 @@ class PartitionLog:
             if self.offline_reason is None:  # an offline dir is not written: its next start recovers
                 self.flush()
                 self.write_leader_epoch_checkpoint()
+                # As Kafka at close: the next start replays nothing before it. Written when empty too,
+                # so that a restart does not replay a whole log to learn that no producer is known.
+                self.write_producer_snapshot()
         finally:
             for segment in self._segments:
                 segment.close()

@@ -5,8 +5,9 @@ ProducerStateManager keeps it beside UnifiedLog.
 only on the event loop between validation and append, with no await in between. It keeps,
 per producer id, the epoch and the last five batches' (first seq, last seq, first offset,
 last offset), as Kafka does, and decides per incoming batch: new and in sequence, duplicate
-of a cached batch (DUPLICATE_SEQUENCE_NUMBER with the original offset), out of order (45),
-fenced epoch (47) or unknown producer (59). Batches with producer id -1 are not idempotent
+of a cached batch (DUPLICATE_SEQUENCE_NUMBER with the original offset), out of order (45) or
+fenced epoch (47). A producer the partition does not know may start at any sequence (Kafka since
+KIP-360: its state expired, or retention removed its batches). Batches with producer id -1 are not idempotent
 (kafka-python and aiokafka send sequence 0 then) and are never checked.
 
 Transactions (Kafka's ProducerAppendInfo / ProducerStateManager): a transactional batch from a
@@ -22,9 +23,16 @@ format (version 1): int16 version, uint32 CRC-32C of the rest, int32 count, then
 producer: int64 id, int16 epoch, int32 last sequence, int64 last offset, int32 offset delta,
 int64 timestamp, int32 coordinator epoch, int64 current txn first offset (-1: none). A producer
 known only from a marker has last sequence -1 and last offset -1, as in Kafka. The offset in the
-name is the log end offset the snapshot covers; the log after it is replayed on load.
+name is the log end offset the snapshot covers; the log after it is replayed on load. As Kafka's
+``UnifiedLog``, the partition log writes one at every roll (named after the new segment's base
+offset) and one at close; the snapshot of a segment goes when the segment is deleted, and at load
+the snapshots that match no segment are removed except the latest (the one written at close).
 
-Loading (``load_producer_state``, called by the ReplicaManager on a partition's first use): the latest
+Expiration (Kafka's ``removeExpiredProducers``): a producer whose last batch or marker has a
+timestamp ``producer.id.expiration.ms`` or more in the past, and that has no open transaction, is
+forgotten: by the periodic check (``remove_expired``) and when a snapshot is loaded.
+
+Loading (``load_producer_state``, on a partition's first use, or at its first roll): the latest
 usable snapshot, then the log after it, batch header by batch header; end markers close transactions,
 and an abort whose marker lies in a segment that recovery re-read is indexed again in that segment's
 ``.txnindex``. Producer ids are handed out by minibroker/coordinator/producer_ids.py.
@@ -36,6 +44,7 @@ import collections
 import logging
 import os
 import struct
+import time
 from typing import NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
@@ -58,6 +67,8 @@ _SNAP_HEADER = struct.Struct(">hI")
 _SNAP_COUNT = struct.Struct(">i")
 _SNAP_ENTRY = struct.Struct(">qhiqiqiq")
 SNAPSHOT_VERSION = 1
+SNAPSHOT_SUFFIX = ".snapshot"
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
 
 
 class BatchMeta(NamedTuple):
@@ -117,6 +128,10 @@ class ProducerStateTable:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        # How the last load went (``load_producer_state``): the snapshot's offset (None: none used)
+        # and the batches replayed after it.
+        self.loaded_snapshot_offset: int | None = None
+        self.replayed_batches = 0
 
     def check(
         self, producer_id: int, epoch: int, first_seq: int, last_seq: int, is_transactional: bool = False,
@@ -126,7 +141,7 @@ class ProducerStateTable:
 
         Returns the cached metadata of an identical earlier batch (a duplicate the caller answers
         with its original offset), or None when the batch is new and may be appended.
-        Raises KafkaError for fenced, out-of-order or unknown producers, and INVALID_TXN_STATE for
+        Raises KafkaError for fenced or out-of-order producers, and INVALID_TXN_STATE for
         a non-transactional batch from a producer whose transaction is open.
 
         ``check_sequence=False``: an append of the broker's own (Kafka's ``AppendOrigin.COORDINATOR``,
@@ -147,11 +162,8 @@ class ProducerStateTable:
                 self._check_txn_state(entry, is_transactional)
             return None
         if entry is None:
-            if first_seq != 0:
-                raise KafkaError(
-                    ErrorCode.UNKNOWN_PRODUCER_ID,
-                    f"Found no record of producerId={producer_id} on the broker",
-                )
+            # Any sequence, as Kafka's ProducerAppendInfo since KIP-360: the producer's state may have
+            # expired (producer.id.expiration.ms) or its batches been deleted (retention, DeleteRecords)
             return None
         if epoch < entry.epoch:
             raise KafkaError(
@@ -282,9 +294,22 @@ class ProducerStateTable:
                         entry.coordinator_epoch, -1 if txn is None else txn))
         return out
 
+    # -- expiration ------------------------------------------------------------------------------
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget every producer idle for ``expiration_ms`` (by the timestamp of its last batch or
+        marker) with no open transaction; returns their ids."""
+        expired = [pid for pid, entry in self.producers.items() if is_expired(entry, now_ms, expiration_ms)]
+        for pid in expired:
+            del self.producers[pid]
+        return expired
+
     # -- snapshots -------------------------------------------------------------------------------
 
-    def write_snapshot(self, directory: str, end_offset: int) -> str:
+    def write_snapshot(self, directory: str, end_offset: int, *, sync: bool = True) -> str:
+        """Write ``<end_offset>.snapshot`` (through a temporary file renamed into place). ``sync``
+        False: no fsync (a roll, on the loop; as Kafka, the snapshot is flushed with the segment
+        before it, and a torn one fails its CRC at load and is passed over)."""
         body = bytearray(_SNAP_COUNT.pack(len(self.producers)))
         for entry in self.producers.values():
             txn = -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
@@ -313,42 +338,77 @@ class ProducerStateTable:
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
-        for old in snapshot_files(directory):
-            if old[0] < end_offset:
-                os.unlink(old[1])
         return path
 
     @classmethod
     def read_snapshot(cls, path: str) -> ProducerStateTable:
         with open(path, "rb") as f:
             data = f.read()
-        version, crc = _SNAP_HEADER.unpack_from(data, 0)
-        body = memoryview(data)[_SNAP_HEADER.size :]
-        from crc32c import crc32c
-
-        if version != SNAPSHOT_VERSION or crc32c(body) != crc:
-            raise ValueError(f"{path}: bad producer snapshot (version {version} or CRC)")
-        (count,) = _SNAP_COUNT.unpack_from(body, 0)
-        if 4 + count * _SNAP_ENTRY.size != len(body):
-            raise ValueError(f"{path}: producer snapshot size does not match its count")
+        try:
+            entries = parse_snapshot(data)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
         table = cls()
-        for i in range(count):
-            pid, epoch, last_seq, last_offset, delta, ts, coord, txn = _SNAP_ENTRY.unpack_from(
-                body, 4 + i * _SNAP_ENTRY.size
-            )
-            entry = ProducerEntry(pid, epoch)
-            if last_offset >= 0:
-                first_seq = last_seq - delta if last_seq >= delta else 0
-                entry.batches.append(BatchMeta(first_seq, last_seq, last_offset - delta, last_offset, ts))
-            entry.last_timestamp, entry.coordinator_epoch = ts, coord
-            if txn >= 0:
-                entry.current_txn_first_offset = txn
-                table._ongoing[pid] = txn
-            table.producers[pid] = entry
+        for e in entries:
+            entry = ProducerEntry(e.producer_id, e.epoch)
+            if e.last_offset >= 0:
+                first_seq = e.last_seq - e.offset_delta if e.last_seq >= e.offset_delta else 0
+                entry.batches.append(BatchMeta(first_seq, e.last_seq, e.last_offset - e.offset_delta,
+                                               e.last_offset, e.timestamp))
+            entry.last_timestamp, entry.coordinator_epoch = e.timestamp, e.coordinator_epoch
+            if e.current_txn_first_offset >= 0:
+                entry.current_txn_first_offset = e.current_txn_first_offset
+                table._ongoing[e.producer_id] = e.current_txn_first_offset
+            table.producers[e.producer_id] = entry
         return table
+
+
+class SnapshotEntry(NamedTuple):
+    """One producer of a snapshot file, field by field (Kafka's ProducerSnapshot entry)."""
+
+    producer_id: int
+    epoch: int
+    last_seq: int
+    last_offset: int  # -1: known from a marker only
+    offset_delta: int
+    timestamp: int
+    coordinator_epoch: int
+    current_txn_first_offset: int  # -1: none
+
+
+def parse_snapshot(data: bytes) -> list[SnapshotEntry]:
+    """The entries of a snapshot file's bytes; ValueError with Kafka's ``CorruptSnapshotException``
+    messages when the version, the layout or the CRC is wrong (checked in that order, as Kafka)."""
+    try:
+        version, crc = _SNAP_HEADER.unpack_from(data, 0)
+        if version != SNAPSHOT_VERSION:
+            raise ValueError(f"Snapshot contained an unknown file version {version}")
+        (count,) = _SNAP_COUNT.unpack_from(data, _SNAP_HEADER.size)
+        if count < 0 or _SNAP_HEADER.size + 4 + count * _SNAP_ENTRY.size > len(data):
+            raise ValueError(f"Tried to read {count} producer entries, but the snapshot has room for fewer")
+    except (ValueError, struct.error) as exc:
+        raise ValueError(f"Snapshot failed schema validation: {exc}") from None
+    from crc32c import crc32c  # deferred: ~10 ms to import, not needed to start
+
+    computed = crc32c(memoryview(data)[_SNAP_HEADER.size :])
+    if computed != crc:
+        raise ValueError(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crc}. "
+                         f"Computed crc: {computed}")
+    base = _SNAP_HEADER.size + 4
+    return [SnapshotEntry(*_SNAP_ENTRY.unpack_from(data, base + i * _SNAP_ENTRY.size)) for i in range(count)]
+
+
+def is_expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
+    """Kafka's ``isProducerExpired``: no open transaction and idle for ``expiration_ms``."""
+    return entry.current_txn_first_offset is None and now_ms - entry.last_timestamp >= expiration_ms
+
+
+def snapshot_path(directory: str, offset: int) -> str:
+    return os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
 
 
 def snapshot_files(directory: str) -> list[tuple[int, str]]:
@@ -364,16 +424,46 @@ def snapshot_files(directory: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
+def delete_snapshot(directory: str, offset: int) -> None:
+    """Remove the snapshot at ``offset``, if there is one (its segment was deleted)."""
+    try:
+        os.unlink(snapshot_path(directory, offset))
+    except FileNotFoundError:
+        pass
+
+
+def remove_stray_snapshots(directory: str, segment_bases: list[int]) -> list[int]:
+    """Kafka's ``removeStraySnapshots``: remove every snapshot whose offset is no segment's base,
+    except the latest of them when it is past the last segment's base (written at close). Returns
+    the offsets removed."""
+    bases = set(segment_bases)
+    strays = [(offset, path) for offset, path in snapshot_files(directory) if offset not in bases]
+    if strays and segment_bases and strays[-1][0] > max(segment_bases):
+        strays.pop()
+    for _, path in strays:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return [offset for offset, _ in strays]
+
+
 # ---------------------------------------------------------------------------------------------------
 # Loading: the latest snapshot, then the log after it (Kafka's UnifiedLog.loadProducerState).
 
 
-def load_producer_state(plog) -> ProducerStateTable:
+def load_producer_state(plog, *, now_ms: int | None = None,
+                        expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> ProducerStateTable:
     """Latest usable snapshot, then the log after it replayed batch header by batch header (and
     the end markers' control records). Segments that recovery re-read have an empty txn index:
     the replay then starts no later than the first of them (a snapshot at or below its base, else
     the log start), and the aborted transactions whose markers lie in them are indexed again,
-    as Kafka's ``LogSegment.recover`` does with the producer state rebuilt up to the segment."""
+    as Kafka's ``LogSegment.recover`` does with the producer state rebuilt up to the segment.
+    Producers of the snapshot expired at ``now_ms`` are left out, as Kafka's ``loadFromSnapshot``
+    does. The table's ``loaded_snapshot_offset`` and ``replayed_batches`` say how it went."""
+    started = time.monotonic()
+    if now_ms is None:
+        now_ms = int(time.time() * 1000)
     rebuild = [s for s in plog.segments if s.txn_index_needs_rebuild]
     rebuild_from = rebuild[0].base_offset if rebuild else None
     table = ProducerStateTable()
@@ -383,10 +473,13 @@ def load_producer_state(plog) -> ProducerStateTable:
             continue
         try:
             table = ProducerStateTable.read_snapshot(path)
-            start = max(offset, plog.log_start_offset)
-            break
         except (OSError, ValueError, struct.error) as e:
             log.warning("ignoring producer snapshot %s: %s", path, e)
+            continue
+        table.remove_expired(now_ms, expiration_ms)
+        table.loaded_snapshot_offset = offset
+        start = max(offset, plog.log_start_offset)
+        break
     replayed = 0
     for data, entry in plog.iter_entries(start, REPLAY_CHUNK):
         if entry.magic != 2:
@@ -408,9 +501,14 @@ def load_producer_state(plog) -> ProducerStateTable:
             replayed += 1
     for segment in rebuild:
         segment.txn_index_needs_rebuild = False
-    if replayed:
-        log.debug(
-            "%s: producer state rebuilt from %d batches after offset %d", plog.directory, replayed, start
+    table.replayed_batches = replayed
+    if replayed or table.loaded_snapshot_offset is not None and table.producers:
+        snapshot = "no snapshot" if table.loaded_snapshot_offset is None else \
+            f"the snapshot at offset {table.loaded_snapshot_offset}"
+        log.info(
+            "%s: producer state rebuilt from %d batches after offset %d (%s; %d producers) in %.1f ms",
+            plog.directory, replayed, start, snapshot, len(table.producers),
+            (time.monotonic() - started) * 1000,
         )
     return table
 

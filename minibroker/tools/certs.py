@@ -1,12 +1,13 @@
 """``minibroker certs``: a throwaway certificate authority, a broker certificate and a client
 certificate for trying TLS listeners (SSL, SASL_SSL) and mutual TLS, as PEM files in one directory.
 
-Made with the ``cryptography`` package (ECDSA P-256 keys, SHA-256 signatures). The broker certificate
-names localhost, 127.0.0.1, ::1 and every ``--host`` as subject alternative names; the client
-certificate's subject is ``CN=<--client-cn>,OU=test,O=minibroker``, which a broker with
+Made with the ``cryptography`` package (ECDSA P-256 keys, SHA-256 signatures), which the ``tls``
+extra installs (``pip install 'minibroker[tls]'``); without it the command says so in one line. The
+broker certificate names localhost, 127.0.0.1, ::1 and every ``--host`` as subject alternative names;
+the client certificate's subject is ``CN=<--client-cn>,OU=test,O=minibroker``, which a broker with
 ``ssl.client.auth=required`` maps to the principal ``User:CN=client,OU=test,O=minibroker`` (or what
-``ssl.principal.mapping.rules`` makes of it). Keys are written unencrypted, readable by the owner only:
-these are test certificates, not a PKI.
+``ssl.principal.mapping.rules`` makes of it). Keys are written unencrypted, readable by the owner
+only: these are test certificates, not a PKI.
 
 Files (``generate_test_certs`` returns their paths by these names):
 
@@ -18,7 +19,8 @@ Files (``generate_test_certs`` returns their paths by these names):
 - ``broker.p12``, ``client.p12`` and ``truststore.p12``: the same as PKCS12 stores, password
   ``--password`` (default ``changeit``), for ``ssl.keystore.type=PKCS12`` and Java clients.
 
-Also callable from Python (tests, the pytest plugin): ``generate_test_certs(directory, hosts=...)``.
+Also callable from Python (tests, the pytest plugin): ``generate_test_certs(directory, hosts=...)``,
+which raises ImportError naming the extra when the package is missing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ DEFAULT_HOSTS = ("localhost", "127.0.0.1", "::1")
 DEFAULT_PASSWORD = "changeit"
 FILES = ("ca.pem", "ca.key", "broker.pem", "broker.crt", "broker.key", "client.crt", "client.key",
          "client.pem", "broker.p12", "client.p12", "truststore.p12")
+
+
+def _require_cryptography() -> None:
+    """Raise ImportError naming the extra to install when the cryptography package is missing."""
+    from minibroker.security.tls import TLS_EXTRA
+
+    try:
+        from cryptography import x509  # noqa: F401
+    except ImportError:
+        raise ImportError(f"making certificates needs the cryptography package: {TLS_EXTRA}") from None
 
 
 def _name(common_name: str, unit: str):
@@ -99,7 +111,9 @@ def generate_test_certs(directory: str, hosts: Iterable[str] = (), *, client_cn:
                         days: int = 365, password: str = DEFAULT_PASSWORD) -> dict[str, str]:
     """Write a CA, a broker and a client certificate into ``directory`` (created if missing) and return
     the paths by name: ca, ca_key, broker_keystore, broker_cert, broker_key, client_cert, client_key,
-    client_pem, broker_p12, client_p12, truststore_p12 (and password: the PKCS12 password)."""
+    client_pem, broker_p12, client_p12, truststore_p12 (and password: the PKCS12 password). Raises
+    ImportError without the cryptography package."""
+    _require_cryptography()
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.hazmat.primitives.serialization import pkcs12
@@ -213,6 +227,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    try:
+        _require_cryptography()
+    except ImportError as e:
+        print(f"minibroker certs: {e}", file=sys.stderr)
+        return 1
     existing = [f for f in FILES if os.path.exists(os.path.join(args.dir, f))]
     if existing and not args.force:
         print(f"minibroker certs: {args.dir} already holds {', '.join(existing)}; use --force to replace "

@@ -5,12 +5,15 @@ minibroker's own ``WireClient`` takes an ``ssl.SSLContext`` and its SASL credent
 kafka-python take ``kafka_python_settings()``. The keys are Kafka's client keys:
 
 - ``security.protocol``: PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL;
-- ``ssl.truststore.location`` with ``ssl.truststore.type`` PEM (default here, since minibroker reads no JKS)
-  or PKCS12 (``ssl.truststore.password``); or ``ssl.truststore.certificates`` (PEM text); without any, the
-  system's trusted CAs;
+- ``ssl.truststore.location`` with ``ssl.truststore.type`` PEM, JKS (``ssl.truststore.password``, optional
+  as in Kafka) or PKCS12 (``ssl.truststore.password``); or ``ssl.truststore.certificates`` (PEM text);
+  without any, the system's trusted CAs;
 - ``ssl.keystore.location`` with ``ssl.keystore.type`` PEM (the private key and the certificate chain in
-  one file, ``ssl.key.password`` if the key is encrypted) or PKCS12 (``ssl.keystore.password``): the client
-  certificate for mutual TLS;
+  one file, ``ssl.key.password`` if the key is encrypted), JKS (``ssl.keystore.password``, and
+  ``ssl.key.password`` when the key's differs) or PKCS12 (``ssl.keystore.password``): the client
+  certificate for mutual TLS; PKCS12 stores are read with the cryptography package (the ``tls`` extra),
+  PEM and JKS ones without it. A store type left unset is PEM, or JKS (Kafka's default) when the file is
+  a JKS store; a PKCS12 file declared JKS is read as PKCS12, as Java does;
 - ``ssl.endpoint.identification.algorithm``: ``https`` (Kafka's default) checks the broker certificate's
   host name; empty turns that check off (the certificate chain is still verified);
 - ``sasl.mechanism``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (Kafka's default, GSSAPI, is
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-STORE_TYPES = ("PEM", "PKCS12")
+STORE_TYPES = ("PEM", "JKS", "PKCS12")
 ENV_VAR = "MINIBROKER_COMMAND_CONFIG"  # the default of --command-config (e.g. for the container healthcheck)
 
 
@@ -50,11 +53,11 @@ class ClientSecurity:
     password: str | None = field(default=None, repr=False)
     oauth_options: dict[str, str] = field(default_factory=dict, repr=False)  # the OAuthBearerLoginModule's
     truststore_location: str | None = None
-    truststore_type: str = "PEM"
+    truststore_type: str | None = None  # None: not given (PEM, or JKS for a JKS file)
     truststore_password: str | None = field(default=None, repr=False)
     truststore_certificates: str | None = None
     keystore_location: str | None = None
-    keystore_type: str = "PEM"
+    keystore_type: str | None = None
     keystore_password: str | None = field(default=None, repr=False)
     key_password: str | None = field(default=None, repr=False)
     check_hostname: bool = True
@@ -97,9 +100,16 @@ class ClientSecurity:
             context.load_verify_locations(cadata=self.truststore_certificates)
         elif self.truststore_location is None:
             context.load_default_certs(ssl.Purpose.SERVER_AUTH)
-        elif self.truststore_type == "PEM":
-            _must_read(self.truststore_location, "ssl.truststore.location")
+        elif (store_type := self._store_type(self.truststore_type, self.truststore_location,
+                                             "ssl.truststore.location")) == "PEM":
             context.load_verify_locations(cafile=self.truststore_location)
+        elif store_type == "JKS":
+            from minibroker.security.tls import jks_trusted_certificates
+
+            certs = jks_trusted_certificates(_must_read(self.truststore_location, "ssl.truststore.location"),
+                                             self.truststore_password, "ssl.truststore.password",
+                                             f"ssl.truststore.location {self.truststore_location}")
+            context.load_verify_locations(cadata="".join(ssl.DER_cert_to_PEM_cert(c) for c in certs))
         else:
             _, cert, extra = self._pkcs12(self.truststore_location, self.truststore_password,
                                           "ssl.truststore.location", "ssl.truststore.password")
@@ -115,27 +125,40 @@ class ClientSecurity:
     def _load_key_store(self, context: ssl.SSLContext) -> None:
         if self.keystore_location is None:
             return
+        from minibroker.security.tls import load_jks_key_store, load_key_and_chain, load_pem_key_store
+
         what = f"ssl.keystore.location {self.keystore_location}"
-        if self.keystore_type == "PEM":
-            _must_read(self.keystore_location, "ssl.keystore.location")
-            try:  # one file: the private key (encrypted with ssl.key.password, if at all) and the chain
-                context.load_cert_chain(self.keystore_location, password=self.key_password)
-            except ssl.SSLError as e:
-                raise ClientConfigError(f"{self.source}: {what}: cannot load the key and certificate (a PEM "
-                                        f"key store holds both; wrong ssl.key.password?): {e}") from None
+        store_type = self._store_type(self.keystore_type, self.keystore_location, "ssl.keystore.location")
+        if store_type == "PEM":  # one file: the private key (plain or encrypted) and the chain
+            data = _must_read(self.keystore_location, "ssl.keystore.location")
+            load_pem_key_store(context, data, path=self.keystore_location, password=self.key_password,
+                               password_key="ssl.key.password", what=what)
+            return
+        if store_type == "JKS":
+            load_jks_key_store(context, _must_read(self.keystore_location, "ssl.keystore.location"),
+                               store_password=self.keystore_password, key_password=self.key_password,
+                               store_password_key="ssl.keystore.password",
+                               key_password_key="ssl.key.password", what=what)
             return
         key, cert, extra = self._pkcs12(self.keystore_location, self.keystore_password,
                                         "ssl.keystore.location", "ssl.keystore.password")
         if key is None or cert is None:
             raise ClientConfigError(f"{self.source}: {what}: the PKCS12 store holds no private key with its "
                                     "certificate")
-        from minibroker.security.tls import _load_chain  # Python's ssl takes a key from a file only
+        load_key_and_chain(context, key, [cert, *(extra or [])], what)
 
-        _load_chain(context, key, [cert, *(extra or [])], f"{self.source}: {what}")
+    @staticmethod
+    def _store_type(declared: str | None, location: str, location_key: str) -> str:
+        """The type the store at ``location`` is read as (``store_type_of``)."""
+        from minibroker.security.tls import store_type_of
+
+        data = _must_read(location, location_key)
+        return store_type_of(declared or "PEM", data, explicit=declared is not None)
 
     def _pkcs12(self, location: str, password: str | None, location_key: str, password_key: str):
-        from cryptography.hazmat.primitives.serialization import pkcs12
+        from minibroker.security.tls import pkcs12_module
 
+        pkcs12 = pkcs12_module(f"{location_key} {location}")  # names the extra when cryptography is missing
         data = _must_read(location, location_key)
         try:
             return pkcs12.load_key_and_certificates(data, None if password is None else password.encode())
@@ -184,10 +207,11 @@ def client_security_from_properties(props: dict[str, str], source: str = "client
         fail(f"security.protocol={protocol}: use one of {', '.join(SECURITY_PROTOCOLS)}")
     values: dict = {"protocol": protocol, "source": source}
     for key, attr in (("ssl.truststore.type", "truststore_type"), ("ssl.keystore.type", "keystore_type")):
+        if not props.get(key, "").strip():
+            continue
         store_type = _upper(props, key, "PEM")
         if store_type not in STORE_TYPES:
-            fail(f"{key}={store_type}: minibroker's tools read PEM and PKCS12 stores (keytool "
-                 "-importkeystore -deststoretype PKCS12 converts a JKS one)")
+            fail(f"{key}={store_type}: minibroker's tools read {', '.join(STORE_TYPES)} stores")
         values[attr] = store_type
     for key, attr in (("ssl.truststore.location", "truststore_location"),
                       ("ssl.truststore.password", "truststore_password"),

@@ -1,6 +1,7 @@
 """``minibroker dump-log``: Apache Kafka's ``kafka-dump-log.sh`` (``kafka.tools.DumpLogSegments``, 3.9).
 
-Same options, same output, line for line, for ``.log``, ``.index``, ``.timeindex`` and ``.txnindex`` files:
+Same options, same output, line for line, for ``.log``, ``.index``, ``.timeindex``, ``.txnindex`` and
+``.snapshot`` files:
 
 - ``.log``: ``Log starting offset: N``, then one line per batch (``baseOffset: ... isvalid: ...`` for v2,
   ``offset: <last offset> position: ...`` for a v0/v1 message or wrapper); with ``--deep-iteration`` one
@@ -15,6 +16,10 @@ Same options, same output, line for line, for ``.log``, ``.index``, ``.timeindex
   ... lastStableOffset: ...``, Kafka's ``dumpTxnIndex``), read with ``minibroker.storage.txn_index``; the
   index options do not apply to it, as in Kafka. Control records of a ``.log`` print their
   ``endTxnMarker: COMMIT|ABORT coordinatorEpoch: N`` with ``--deep-iteration``.
+- ``.snapshot`` (producer state): one line per producer, Kafka's ``dumpProducerIdSnapshot``, read with
+  ``minibroker.storage.producer_state.parse_snapshot``.
+- ``--offsets-decoder`` decodes the KIP-848 consumer group and share group records (types 3-15) with
+  ``coordinator_json``, as Kafka's generated JSON converters print them.
 
 What Kafka prints on stderr goes to stderr, after every file: index mismatches, time index errors,
 non-consecutive offsets. Where Kafka's tool dies with a stack trace (a corrupt entry, an index entry
@@ -39,10 +44,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from minibroker.coordinator.record_codec import RecordError
 from minibroker.records import legacy, v2
 from minibroker.records.batches import Batch, EntryFormatError, iter_batches
 from minibroker.records.codecs import Compression
 from minibroker.records.record import NO_SEQUENCE, NO_TIMESTAMP, TimestampType
+from minibroker.tools import coordinator_json as cj
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 DEFAULT_MAX_BYTES = 2**31 - 1  # Kafka's Integer.MAX_VALUE: "no limit"
@@ -103,6 +110,12 @@ class _Out:
         self.err_stream.write(text + "\n")
 
 
+UNWRITTEN_INDEX_NOTE = ("harmless: this index has no entry yet. An active segment's indexes are "
+                        "preallocated with zeros and get an entry every log.index.interval.bytes of log; "
+                        "the first empty slot reads as an entry for the base offset (position 0, "
+                        "timestamp 0), which the first batch does not match")
+
+
 @dataclass
 class _Report:
     """What Kafka's tool prints on stderr after every file, keyed by absolute path; Kafka keeps some
@@ -113,6 +126,9 @@ class _Report:
     time_out_of_order: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     time_not_found: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     non_consecutive: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    # offset indexes with no entry written yet, whose first (zero) slot reads as the base offset at
+    # position 0 and so "mismatches" the first batch: an active segment's preallocated index
+    unwritten_indexes: set[str] = field(default_factory=set)
 
     def print(self, out: _Out) -> None:
         for path, entries in self.index_mismatches.items():
@@ -124,13 +140,13 @@ class _Report:
                     out.err(f"  Index offset: {index_offset}, no batch read: {log_offset}")
             out.obj({"file": path, "indexMismatches": [
                 {"indexOffset": i, **({"logOffset": lo} if isinstance(lo, int) else {"error": lo})}
-                for i, lo in entries]})
+                for i, lo in entries], **self._note(path, out)})
         for path, entries in self.time_mismatches.items():
             out.err(f"Found timestamp mismatch in :{path}")
             for index_ts, log_ts in entries:
                 out.err(f"  Index timestamp: {index_ts}, log timestamp: {log_ts}")
             out.obj({"file": path, "timestampMismatches": [
-                {"indexTimestamp": i, "logTimestamp": lt} for i, lt in entries]})
+                {"indexTimestamp": i, "logTimestamp": lt} for i, lt in entries], **self._note(path, out)})
         for path, entries in self.time_out_of_order.items():
             out.err(f"Found out of order timestamp in :{path}")
             for index_ts, prev_ts in entries:
@@ -142,12 +158,20 @@ class _Report:
             for index_offset, log_offset in entries:
                 out.err(f"Indexed offset: {index_offset}, found log offset: {log_offset}")
             out.obj({"file": path, "indexedOffsetsNotFound": [
-                {"indexedOffset": i, "logOffset": lo} for i, lo in entries]})
+                {"indexedOffset": i, "logOffset": lo} for i, lo in entries], **self._note(path, out)})
         for path, pairs in self.non_consecutive.items():
             out.err(f"Non-consecutive offsets in {path}")
             for first, second in reversed(pairs):
                 out.err(f"  {first} is followed by {second}")
             out.obj({"file": path, "nonConsecutiveOffsets": [list(p) for p in pairs]})
+
+    def _note(self, path: str, out: _Out) -> dict:
+        """After a mismatch block: why it is harmless when the index is an unwritten one (Kafka prints the
+        mismatch alone; a learner needs the why). Returns the JSON key to add."""
+        if path not in self.unwritten_indexes:
+            return {}
+        out.err(f"  ({UNWRITTEN_INDEX_NOTE})")
+        return {"note": UNWRITTEN_INDEX_NOTE}
 
 
 # -- records ------------------------------------------------------------------------------------
@@ -327,7 +351,9 @@ def _offsets_parser(rec: _Rec) -> _Parsed:
     if len(rec.key) < 2:
         return f"Error at offset {o}, skipping. Could not read version from key's buffer.", None
     record_type = _I16.unpack_from(rec.key)[0]
-    if record_type not in (0, 1, 2):  # 3-8: KIP-848 consumer group records, unknown to minibroker
+    if cj.is_group_record(record_type):  # 3-15: KIP-848 consumer group and KIP-932 share group records
+        return _group_record(rec, record_type)
+    if record_type not in (0, 1, 2):
         return f"Unknown record type {record_type} at offset {o}, skipping.", None
     try:
         k = gr.decode_key(rec.key)
@@ -353,6 +379,28 @@ def _offsets_parser(rec: _Rec) -> _Parsed:
         else:
             data = _group_metadata_json(version, gr.decode_group_metadata_value(rec.value))
     except Exception as exc:  # noqa: BLE001
+        return (f"Error at offset {o}, skipping. Could not read record with version {version} from value's "
+                f"buffer due to: {exc}."), None
+    return key, {"version": str(version), "data": data}
+
+
+def _group_record(rec: _Rec, record_type: int) -> _Parsed:
+    """A consumer or share group record (types 3-15): key ``{"type":"<n>","data":{...}}``, value
+    ``{"version":"0","data":{...}}`` or ``<DELETE>``, as Kafka's JSON converters print them."""
+    o = rec.offset
+    try:
+        key = {"type": str(record_type), "data": cj.key_json(record_type, rec.key)}
+    except (RecordError, ValueError) as exc:
+        return (f"Error at offset {o}, skipping. Could not read record with version {record_type} from key's "
+                f"buffer due to: {exc}."), None
+    if rec.value is None:
+        return key, "<DELETE>"
+    if len(rec.value) < 2:
+        return f"Error at offset {o}, skipping. Could not read version from value's buffer.", None
+    version = _I16.unpack_from(rec.value)[0]
+    try:
+        data = cj.value_json(record_type, rec.value)
+    except (RecordError, ValueError) as exc:
         return (f"Error at offset {o}, skipping. Could not read record with version {version} from value's "
                 f"buffer due to: {exc}."), None
     return key, {"version": str(version), "data": data}
@@ -635,6 +683,8 @@ def dump_offset_index(path: str, data: bytes, out: _Out, opts: _Options, report:
             out.obj({"offset": offset, "position": position})
     if mismatches:
         report.index_mismatches.setdefault(os.path.abspath(path), []).extend(mismatches)
+        if not any(data[:_OFFSET_ENTRY.size]):  # the one "entry" is the first unwritten slot
+            report.unwritten_indexes.add(os.path.abspath(path))
     _stray_bytes(path, data, _OFFSET_ENTRY.size, out)
     return log is not None or not opts.verify_only
 
@@ -696,6 +746,9 @@ def dump_time_index(path: str, data: bytes, out: _Out, opts: _Options, report: _
             out.line(f"timestamp: {timestamp} offset: {offset}")
             out.obj({"timestamp": timestamp, "offset": offset})
         prev_ts = timestamp
+    mismatched = abspath in report.time_not_found or abspath in report.time_mismatches
+    if mismatched and not any(data[:_TIME_ENTRY.size]):  # the one "entry" is the first unwritten slot
+        report.unwritten_indexes.add(abspath)
     _stray_bytes(path, data, _TIME_ENTRY.size, out)
     return log is not None or not opts.verify_only
 
@@ -745,6 +798,45 @@ def dump_txn_index(path: str, data: bytes, out: _Out) -> bool:
     return True
 
 
+# -- .snapshot ----------------------------------------------------------------------------------
+
+
+def _decrement_sequence(sequence: int, decrement: int) -> int:
+    """Kafka's DefaultRecordBatch.decrementSequence: sequences wrap at Integer.MAX_VALUE."""
+    return 2**31 - 1 - (decrement - sequence) + 1 if sequence < decrement else sequence - decrement
+
+
+def dump_producer_snapshot(path: str, data: bytes, out: _Out) -> bool:
+    """Kafka's ``dumpProducerIdSnapshot``: one line per producer (its last batch's fields after
+    ``lastTimestamp`` when it has one); a corrupt file gets Kafka's message on stderr, status 1."""
+    from minibroker.storage.producer_state import parse_snapshot
+
+    try:
+        entries = parse_snapshot(data)
+    except ValueError as exc:
+        out.err(str(exc))
+        out.obj({"file": path, "error": str(exc)})
+        return False
+    for e in entries:
+        txn = "OptionalLong.empty" if e.current_txn_first_offset < 0 else \
+            f"OptionalLong[{e.current_txn_first_offset}]"
+        line = (f"producerId: {e.producer_id} producerEpoch: {e.epoch} "
+                f"coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: {txn} "
+                f"lastTimestamp: {e.timestamp} ")
+        txn_first = None if e.current_txn_first_offset < 0 else e.current_txn_first_offset
+        obj = {"producerId": e.producer_id, "producerEpoch": e.epoch, "coordinatorEpoch": e.coordinator_epoch,
+               "currentTxnFirstOffset": txn_first, "lastTimestamp": e.timestamp}
+        if e.last_offset >= 0:  # Kafka keeps the batch metadata of a producer that wrote data
+            first = _decrement_sequence(e.last_seq, e.offset_delta)
+            line += (f"firstSequence: {first} lastSequence: {e.last_seq} lastOffset: {e.last_offset} "
+                     f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}")
+            obj.update(firstSequence=first, lastSequence=e.last_seq, lastOffset=e.last_offset,
+                       offsetDelta=e.offset_delta, timestamp=e.timestamp)
+        out.line(line)
+        out.obj(obj)
+    return True
+
+
 # -- command line -------------------------------------------------------------------------------
 
 
@@ -761,7 +853,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minibroker dump-log",
         usage="%(prog)s [options] --files FILE1,FILE2,... | FILE...",
-        description="Parse Kafka log segments (.log) and their indexes (.index, .timeindex, .txnindex) and "
+        description="Parse Kafka log segments (.log), their indexes (.index, .timeindex, .txnindex) and "
+        "producer snapshots (.snapshot) and "
         "print what they hold, to see how records are stored or to debug a segment that looks corrupt. The "
         "options are kafka-dump-log.sh's; they may come before or after the files.",
         epilog="Exit status: 0; 1 when a file cannot be read or fails --index-sanity-check; 2 on a usage "
@@ -776,7 +869,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--print-data-log", action="store_true",
                         help="print each record's key and payload; set by the decoder options")
     parser.add_argument("--offsets-decoder", action="store_true",
-                        help="decode records as __consumer_offsets offset commits and group metadata")
+                        help="decode records as __consumer_offsets offset commits and group records")
     parser.add_argument("--transaction-log-decoder", action="store_true",
                         help="decode records as __transaction_state transaction metadata")
     parser.add_argument("--skip-record-metadata", action="store_true",
@@ -840,7 +933,7 @@ def _dump_file(path: str, out: _Out, opts: _Options, report: _Report) -> bool:
     out.line(f"Dumping {path}")
     name = os.path.basename(path)
     suffix = name[name.rfind("."):] if "." in name else ""
-    known = suffix in (".log", ".index", ".timeindex", ".txnindex")
+    known = suffix in (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
     try:
         if known:
             data = _read(path, opts.max_bytes if suffix == ".log" else None)
@@ -864,6 +957,8 @@ def _dump_file(path: str, out: _Out, opts: _Options, report: _Report) -> bool:
         return dump_time_index(path, data, out, opts, report)
     if suffix == ".txnindex":
         return dump_txn_index(path, data, out)
+    if suffix == ".snapshot":
+        return dump_producer_snapshot(path, data, out)
     out.err(f"Ignoring unknown file {path}")
     out.obj({"file": path, "error": "unknown file type"})
     return True

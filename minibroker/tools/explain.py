@@ -869,6 +869,12 @@ def _pack_entries(view: SegmentView, slots) -> str:
     return base64.b64encode(values.tobytes()).decode("ascii")
 
 
+def max_search_probes(entries: int) -> int:
+    """The most probes a largest-lower-bound binary search over ``entries`` slots makes: the height of its
+    search tree, floor(log2 entries) + 1; none for an empty index."""
+    return entries.bit_length()
+
+
 def _index_data(view: SegmentView, window: dict, focus: int | None) -> dict:
     n = view.index.entries
     first = _first_slot_at_or_after(view.index, window["start"], 1)
@@ -887,6 +893,7 @@ def _index_data(view: SegmentView, window: dict, focus: int | None) -> dict:
         [0] if n else [])
     return {
         "count": n, "complete": complete, "window": shown, "first_slot": first,
+        "max_probes": max_search_probes(n),
         "search": _pack_entries(view, slots), "search_count": len(slots),
         "ticks": [[s, view.index.entry(s)[0] - view.base, view.index.entry(s)[1]] for s in ticks],
     }
@@ -1388,10 +1395,12 @@ def _write(args) -> int:
     if out == "-":
         sys.stdout.write(html)
         return 0
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(html)
+    data = html.encode("utf-8")  # bytes, not characters: the size the file has
+    with open(out, "wb") as f:
+        f.write(data)
     window = page["window"] or {"batches": []}
-    print(f"wrote {out} ({len(html)} bytes): {files.name}, {len(window['batches'])} batches shown, "
+    shown = len(window["batches"])
+    print(f"wrote {out} ({len(data)} bytes): {files.name}, {shown} batch{'' if shown == 1 else 'es'} shown, "
           f"log end offset {page['partition']['log_end_offset']}; open it in a browser")
     return 0
 
@@ -1407,11 +1416,13 @@ def _serve(args) -> int:
     try:
         while True:
             time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # its way to stop, reported as every tool reports Ctrl-C (tools/command.py)
+        from minibroker.tools.command import EXIT_INTERRUPTED
+
+        print("minibroker explain: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         server.close()
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""``minibroker groups``: kafka-consumer-groups.sh with kafka-python's admin client underneath.
+"""``minibroker groups``: kafka-consumer-groups.sh over our own wire client (each request to the group's
+coordinator, FindCoordinator).
 
 Actions:
 - ``list`` (``--type`` adds the group type, classic, consumer (KIP-848) or share (KIP-932), ``--state``
@@ -14,16 +15,26 @@ Actions:
   group it sets the share-partition start offsets (AlterShareGroupOffsets, the group must be Empty;
   ``--all-topics``: the partitions with share state), as ``kafka-share-groups.sh --reset-offsets``;
 - ``delete --group G``: DeleteGroups (the group must be empty).
+
+Connecting, ``--timeout`` (the whole command), errors (Kafka's code names) and exit codes are every
+tool's (minibroker/tools/command.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import struct
 import sys
 
-from minibroker.tools.produce import missing_kafka_python
-from minibroker.tools.wire import kafka_python_tool_settings
+from minibroker.errors import ErrorCode
+from minibroker.tools.cluster import EARLIEST, LATEST, Cluster, error_text
+from minibroker.tools.command import run_admin
+from minibroker.tools.records_client import commit_offsets, fetch_committed
+from minibroker.tools.wire import ToolError
 
+LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS = 16, 15, 42
+CONSUMER_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE = 69, 77
+DESCRIBE_SHARE_GROUP_OFFSETS, ALTER_SHARE_GROUP_OFFSETS = 90, 91
 INACTIVE = ("Empty", "Dead")
 
 
@@ -61,144 +72,165 @@ def _table(rows: list[list], out) -> None:
         print(" ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip(), file=out)
 
 
-def _describe_one(admin, group_id: str):
-    return admin.describe_groups([group_id])[group_id]
+class GroupAdmin(Cluster):
+    """The requests of kafka-consumer-groups.sh, each to the group's coordinator."""
+
+    def __init__(self, bootstrap: str, timeout: float = 10.0, security=None, deadline=None):
+        super().__init__(bootstrap, timeout, security, "minibroker-groups", deadline)
+        self._coordinators: dict = {}
+
+    def to_coordinator(self, group_id: str):
+        if group_id not in self._coordinators:
+            self._coordinators[group_id] = self.coordinator(group_id)[1]
+        return self._coordinators[group_id]
+
+    def list_groups(self) -> list:
+        out = []
+        for broker_id in self.broker_ids():
+            r = self.node(broker_id).request(LIST_GROUPS, {"states_filter": [], "types_filter": []})
+            if r.error_code:
+                raise ToolError(f"cannot list groups: {error_text(r.error_code)}")
+            out += list(r.groups)
+        return out
+
+    def state_and_members(self, group_id: str) -> tuple[str, list[dict]]:
+        """A consumer group's state and members (member_id, client_id, client_host, assigned: (topic,
+        partitions) pairs): ConsumerGroupDescribe for a KIP-848 group, else DescribeGroups ("Dead" when
+        the group does not exist)."""
+        consumer = self.group_of_type(CONSUMER_GROUP_DESCRIBE, group_id)
+        if consumer is not None:
+            return consumer.group_state, [
+                {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+                 "assigned": [(t.topic_name, list(t.partitions)) for t in m.assignment.topic_partitions]}
+                for m in consumer.members]
+        r = self.to_coordinator(group_id).request(DESCRIBE_GROUPS, {"groups": [group_id],
+                                                                   "include_authorized_operations": False})
+        group = r.groups[0]
+        if group.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return "Dead", []
+        if group.error_code:
+            raise ToolError(f"cannot describe group '{group_id}': "
+                            f"{error_text(group.error_code, getattr(group, 'error_message', None))}")
+        return group.group_state or "Dead", [
+            {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
+             "assigned": consumer_assignment(m.member_assignment)} for m in group.members]
+
+    def group_of_type(self, api_key: int, group_id: str):
+        """The group of a <Type>GroupDescribe (``api_key``) answer, None when the broker does not serve the
+        API or the group is not of that type."""
+        conn = self.to_coordinator(group_id)
+        if api_key not in conn.broker_max:
+            return None
+        answer = conn.request(api_key, {"group_ids": [group_id], "include_authorized_operations": False})
+        group = answer.groups[0]
+        return group if group.error_code == 0 else None
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], int]:
+        return fetch_committed(self.to_coordinator(group_id), group_id)
+
+    def delete(self, group_id: str) -> int:
+        r = self.to_coordinator(group_id).request(DELETE_GROUPS, {"groups_names": [group_id]})
+        return r.results[0].error_code
 
 
-def _list(admin, args, out) -> int:
-    groups = sorted(admin.list_groups(), key=lambda g: g["group_id"])
+def consumer_assignment(data) -> list[tuple[str, list[int]]]:
+    """(topic, partitions) of a classic consumer's assignment (the consumer protocol's
+    ConsumerProtocolAssignment: version, then topics with their partitions); [] when unreadable."""
+    try:
+        data = bytes(data or b"")
+        pos = 2
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out = []
+        for _ in range(max(count, 0)):
+            (n,) = struct.unpack_from(">h", data, pos)
+            topic = data[pos + 2:pos + 2 + n].decode()
+            pos += 2 + n
+            (k,) = struct.unpack_from(">i", data, pos)
+            partitions = list(struct.unpack_from(f">{max(k, 0)}i", data, pos + 4))
+            pos += 4 + 4 * max(k, 0)
+            out.append((topic, partitions))
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+def _list(admin: GroupAdmin, args, out) -> int:
+    groups = sorted(admin.list_groups(), key=lambda g: g.group_id)
     with_type = getattr(args, "type", False)
     if args.state or with_type:
         header = ["GROUP"] + (["TYPE"] if with_type else []) + (["STATE"] if args.state else [])
-        rows = [[g["group_id"]] + ([g.get("group_type") or "classic"] if with_type else [])
-                + ([g.get("group_state") or ""] if args.state else []) for g in groups]
+        rows = [[g.group_id] + ([getattr(g, "group_type", None) or "classic"] if with_type else [])
+                + ([getattr(g, "group_state", None) or ""] if args.state else []) for g in groups]
         _table([header] + rows, out)
     else:
         for g in groups:
-            print(g["group_id"], file=out)
+            print(g.group_id, file=out)
     return 0
 
 
-def _describe(admin, args, out) -> int:
-    from kafka import TopicPartition
-    from kafka.admin import OffsetSpec
-
-    shared = _describe_share_group(args, out)
+def _describe(admin: GroupAdmin, args, out) -> int:
+    shared = _describe_share_group(admin, args, out)
     if shared is not None:
         return shared
-    info = _describe_one(admin, args.group)
-    committed = admin.list_group_offsets(args.group).get(args.group, {})
-    owners: dict = {}
-    for m in info.get("members") or []:
-        assignment = m.get("member_assignment") or {}
-        for a in assignment.get("assigned_partitions") or [] if isinstance(assignment, dict) else []:
-            for p in a["partitions"]:
-                owners[TopicPartition(a["topic"], p)] = m
-    state = info.get("group_state") or "Dead"
-    if state == "Dead":  # perhaps a consumer (KIP-848) group, which DescribeGroups does not describe
-        described = _describe_consumer_group(args)
-        if described is not None:
-            state, members = described
-            info = {"members": members}
-            for m in members:
-                for topic, partitions in m["assigned"]:
-                    for p in partitions:
-                        owners[TopicPartition(topic, p)] = m
+    state, members = admin.state_and_members(args.group)
+    committed = admin.committed(args.group)
+    owners = {(topic, p): m for m in members for topic, partitions in m["assigned"] for p in partitions}
     tps = sorted(set(committed) | set(owners))
     if state == "Dead" and not tps:
-        print(f"Consumer group '{args.group}' does not exist.", file=out)
-        return 1
-    if not info.get("members"):
+        raise ToolError(f"Consumer group '{args.group}' does not exist.")  # stderr, as Kafka's tool
+    if not members:
         print(f"Consumer group '{args.group}' has no active members.", file=out)
-    ends = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps}) if tps else {}
+    ends = admin.list_offsets(tps, LATEST) if tps else {}
     rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
              "CLIENT-ID"]]
     for tp in tps:
-        c = committed.get(tp)
-        current = c.offset if c is not None and c.offset >= 0 else None
-        end = ends[tp].offset if tp in ends else None
+        current, end = committed.get(tp), ends.get(tp)
         lag = end - current if current is not None and end is not None else None
         m = owners.get(tp, {})
-        rows.append([args.group, tp.topic, tp.partition, _dash(current), _dash(end), _dash(lag),
+        rows.append([args.group, tp[0], tp[1], _dash(current), _dash(end), _dash(lag),
                      m.get("member_id") or "-", m.get("client_host") or "-", m.get("client_id") or "-"])
     print(f"GROUP STATE: {state}", file=out)
     _table(rows, out)
     return 0
 
 
-def _describe_consumer_group(args) -> tuple[str, list[dict]] | None:
-    """(state, members) of a consumer (KIP-848) group from ConsumerGroupDescribe; None if it is not one."""
-    with _wire_admin(args) as admin:
-        group = _group_of_type(admin, 69, args.group)  # ConsumerGroupDescribe
-    if group is None:
-        return None
-    return group.group_state, [
-        {"member_id": m.member_id, "client_id": m.client_id, "client_host": m.client_host,
-         "assigned": [(t.topic_name, list(t.partitions)) for t in m.assignment.topic_partitions]}
-        for m in group.members]
-
-
-def _group_of_type(admin, api_key: int, group_id: str):
-    """The group of a <Type>GroupDescribe (``api_key``) answer, None when the broker does not serve the API
-    or the group is not of that type."""
-    from minibroker.protocol.codec import Struct
-    from minibroker.tools.topics import ToolError
-
-    try:
-        answer = admin.request(api_key, Struct(group_ids=[group_id], include_authorized_operations=False))
-    except ToolError:
-        return None
-    group = answer.groups[0]
-    return group if group.error_code == 0 else None
-
-
-def _wire_admin(args):
-    """A raw-request admin connection (for the APIs kafka-python's admin client lacks)."""
-    from minibroker.tools.client_config import read_client_config
-    from minibroker.tools.topics import TopicAdmin
-
-    return TopicAdmin(args.bootstrap_server, timeout=args.timeout,
-                      security=read_client_config(args.command_config))
-
-
-def _share_group(args):
+def _share_group(admin: GroupAdmin, group_id: str):
     """(ShareGroupDescribe's group, {(topic, partition): (start offset, lag)} for the partitions with
     state or assigned) of a share (KIP-932) group; None when the group is not one (or the broker has no
     share groups)."""
-    from minibroker.protocol.codec import Struct
-    from minibroker.tools.topics import ToolError
-
-    with _wire_admin(args) as admin:
-        group = _group_of_type(admin, 77, args.group)  # ShareGroupDescribe
-        if group is None:
-            return None
-        assigned = {(t.topic_name, p) for m in group.members for t in m.assignment.topic_partitions
-                    for p in t.partitions}
-        offsets = admin.request(90, Struct(groups=[Struct(group_id=args.group, topics=None)])).groups[0]
-        if offsets.error_code != 0:
-            raise ToolError(f"cannot describe the offsets of share group '{args.group}': error "
-                            f"{offsets.error_code}")
-        rows: dict[tuple[str, int], tuple[int, int]] = {}
-        for t in offsets.topics:
+    group = admin.group_of_type(SHARE_GROUP_DESCRIBE, group_id)
+    if group is None:
+        return None
+    conn = admin.to_coordinator(group_id)
+    assigned = {(t.topic_name, p) for m in group.members for t in m.assignment.topic_partitions
+                for p in t.partitions}
+    offsets = conn.request(DESCRIBE_SHARE_GROUP_OFFSETS, {"groups": [{"group_id": group_id, "topics": None}]})
+    offsets = offsets.groups[0]
+    if offsets.error_code != 0:
+        raise ToolError(f"cannot describe the offsets of share group '{group_id}': "
+                        f"{error_text(offsets.error_code)}")
+    rows: dict[tuple[str, int], tuple[int, int]] = {}
+    for t in offsets.topics:
+        for p in t.partitions:
+            rows[(t.topic_name, p.partition_index)] = (p.start_offset, p.lag)
+    missing = sorted(assigned - set(rows))
+    if missing:  # assigned partitions no member has fetched yet: no share state
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in missing:
+            by_topic.setdefault(topic, []).append(p)
+        extra = conn.request(DESCRIBE_SHARE_GROUP_OFFSETS, {"groups": [{"group_id": group_id, "topics": [
+            {"topic_name": topic, "partitions": ps} for topic, ps in sorted(by_topic.items())]}]})
+        for t in extra.groups[0].topics:
             for p in t.partitions:
                 rows[(t.topic_name, p.partition_index)] = (p.start_offset, p.lag)
-        missing = sorted(assigned - set(rows))
-        if missing:  # assigned partitions no member has fetched yet: no share state
-            by_topic: dict[str, list[int]] = {}
-            for topic, p in missing:
-                by_topic.setdefault(topic, []).append(p)
-            extra = admin.request(90, Struct(groups=[Struct(group_id=args.group, topics=[
-                Struct(topic_name=topic, partitions=ps) for topic, ps in sorted(by_topic.items())])]))
-            for t in extra.groups[0].topics:
-                for p in t.partitions:
-                    rows[(t.topic_name, p.partition_index)] = (p.start_offset, p.lag)
     return group, rows
 
 
-def _describe_share_group(args, out) -> int | None:
+def _describe_share_group(admin: GroupAdmin, args, out) -> int | None:
     """Describe a share group as kafka-share-groups.sh --describe and --members do; None when the group
     is not a share group."""
-    found = _share_group(args)
+    found = _share_group(admin, args.group)
     if found is None:
         return None
     group, rows = found
@@ -222,11 +254,9 @@ def _describe_share_group(args, out) -> int | None:
     return 0
 
 
-def _partitions_to_reset(admin, args, every: list) -> list | None:
+def _partitions_to_reset(admin: GroupAdmin, args, every: list) -> list:
     """The partitions reset-offsets acts on: ``every`` (the group's) with --all-topics, else those of each
-    --topic TOPIC[:P,...]; None, after saying so, when a named topic does not exist."""
-    from kafka import TopicPartition
-
+    --topic TOPIC[:P,...]."""
     if args.all_topics:
         return every
     tps: list = []
@@ -234,82 +264,64 @@ def _partitions_to_reset(admin, args, every: list) -> list | None:
         topic, _, parts = spec.partition(":")
         if parts:
             try:
-                tps += [TopicPartition(topic, int(p)) for p in parts.split(",") if p]
+                tps += [(topic, int(p)) for p in parts.split(",") if p]
             except ValueError:
-                print(f"minibroker groups: --topic {spec}: partitions are numbers (TOPIC:P,P,...)",
-                      file=sys.stderr)
-                return None
+                raise ToolError(f"--topic {spec}: partitions are numbers (TOPIC:P,P,...)") from None
         else:
-            described = admin.describe_topics([topic])
-            if not described or described[0].get("error_code"):
-                print(f"minibroker groups: topic {topic} does not exist", file=sys.stderr)
-                return None
-            tps += [TopicPartition(topic, p["partition_index"]) for p in described[0]["partitions"]]
+            try:
+                tps += [(topic, p) for p in admin.partition_ids(topic)]
+            except ToolError:
+                raise ToolError(f"topic {topic} does not exist") from None
     return tps
 
 
-def _reset_targets(admin, args, tps: list) -> dict:
-    """Each partition's new offset: --to-earliest, --to-latest or --to-offset, kept within the log."""
-    from kafka.admin import OffsetSpec
-
-    earliest = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in tps})
-    latest = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})
+def _reset_plan(admin: GroupAdmin, args, candidates, none_text: str) -> dict:
+    """Each chosen partition's new offset: --to-earliest, --to-latest or --to-offset, kept within the log
+    (with a warning, as Kafka's tool, when --to-offset lies outside)."""
+    tps = _partitions_to_reset(admin, args, candidates)
+    if not tps:
+        raise ToolError(f"{none_text} to reset")
+    earliest = admin.list_offsets(tps, EARLIEST)
+    latest = admin.list_offsets(tps, LATEST)
     plan = {}
     for tp in tps:
-        low, high = earliest[tp].offset, latest[tp].offset
+        low, high = earliest[tp], latest[tp]
         target = low if args.to_earliest else high if args.to_latest else args.to_offset
         plan[tp] = min(max(target, low), high)
+        if not args.to_earliest and not args.to_latest and plan[tp] != target:
+            side = "higher than the latest" if target > high else "lower than the earliest"
+            print(f"minibroker groups: new offset ({target}) is {side} offset of {tp[0]}-{tp[1]}; using "
+                  f"{plan[tp]}", file=sys.stderr)
     return plan
 
 
-def _reset_plan(admin, args, candidates, none_text: str):
-    """The reset's target offset of each partition the options choose among ``candidates``; None (after
-    saying why) when there is nothing to reset."""
-    tps = _partitions_to_reset(admin, args, candidates)
-    if tps is None:
-        return None
-    if not tps:
-        print(f"minibroker groups: {none_text} to reset", file=sys.stderr)
-        return None
-    return _reset_targets(admin, args, tps)
-
-
-def _reset_share_group(admin, args, out, group, rows) -> int:
+def _reset_share_group(admin: GroupAdmin, args, out, group, rows) -> int:
     """reset-offsets of a share group: AlterShareGroupOffsets, as kafka-share-groups.sh --reset-offsets;
     the group must be Empty."""
-    from kafka import TopicPartition
-
-    from minibroker.protocol.codec import Struct
-
     if group.members:
-        print(f"minibroker groups: share group '{args.group}' is not empty (state {group.group_state}): "
-              "its start offsets can only be reset while it has no members.", file=sys.stderr)
-        return 1
-    plan = _reset_plan(admin, args, [TopicPartition(t, p) for (t, p), (start, _lag) in sorted(rows.items())
-                                     if start >= 0], f"share group '{args.group}' has no start offsets")
-    if plan is None:
-        return 1
+        raise ToolError(f"share group '{args.group}' is not empty (state {group.group_state}): its start "
+                        "offsets can only be reset while it has no members.")
+    plan = _reset_plan(admin, args, [tp for tp, (start, _lag) in sorted(rows.items()) if start >= 0],
+                       f"share group '{args.group}' has no start offsets")
     if args.execute:
         by_topic: dict[str, list] = {}
-        for tp, offset in sorted(plan.items()):
-            by_topic.setdefault(tp.topic, []).append(Struct(partition_index=tp.partition,
-                                                            start_offset=offset))
-        with _wire_admin(args) as wire:
-            r = wire.request(91, Struct(group_id=args.group, topics=[
-                Struct(topic_name=t, partitions=ps) for t, ps in by_topic.items()]))
-        failed = {(t.topic_name, p.partition_index): p.error_code for t in r.responses for p in t.partitions
-                  if p.error_code}
+        for (topic, p), offset in sorted(plan.items()):
+            by_topic.setdefault(topic, []).append({"partition_index": p, "start_offset": offset})
+        r = admin.to_coordinator(args.group).request(ALTER_SHARE_GROUP_OFFSETS, {
+            "group_id": args.group,
+            "topics": [{"topic_name": t, "partitions": ps} for t, ps in by_topic.items()]})
+        failed = [f"{t.topic_name}-{p.partition_index}: {error_text(p.error_code)}" for t in r.responses
+                  for p in t.partitions if p.error_code]
         if r.error_code or failed:
-            print(f"minibroker groups: reset failed: error {r.error_code} {failed or ''}".rstrip(),
-                  file=sys.stderr)
-            return 1
+            why = error_text(r.error_code) if r.error_code else ", ".join(failed)
+            raise ToolError(f"reset failed: {why}")
     return _print_plan(args, plan, "NEW-START-OFFSET", "set these start offsets", out)
 
 
 def _print_plan(args, plan, column: str, what: str, out) -> int:
     """A reset's table (each partition's new offset), and on a dry run how to carry it out."""
     rows = [["GROUP", "TOPIC", "PARTITION", column]]
-    rows += [[args.group, tp.topic, tp.partition, plan[tp]] for tp in sorted(plan)]
+    rows += [[args.group, tp[0], tp[1], plan[tp]] for tp in sorted(plan)]
     _table(rows, out)
     if not args.execute:
         print(f"(dry run: add --execute to {what})", file=sys.stderr)
@@ -320,38 +332,25 @@ def _dash(value) -> str:
     return "-" if value is None else str(value)
 
 
-def _reset(admin, args, out) -> int:
-    share = _share_group(args)
+def _reset(admin: GroupAdmin, args, out) -> int:
+    share = _share_group(admin, args.group)
     if share is not None:
         return _reset_share_group(admin, args, out, *share)
-    info = _describe_one(admin, args.group)
-    state = info.get("group_state") or "Dead"
-    described = _describe_consumer_group(args) if state == "Dead" else None
-    if described is not None:
-        state = described[0]
+    state, _ = admin.state_and_members(args.group)
     if state not in INACTIVE:
-        print(f"minibroker groups: assignments can only be reset if the group '{args.group}' is inactive, "
-              f"but the current state is {state}.", file=sys.stderr)
-        return 1
-    committed = admin.list_group_offsets(args.group).get(args.group, {})
+        raise ToolError(f"assignments can only be reset if the group '{args.group}' is inactive, but the "
+                        f"current state is {state}.")
+    committed = admin.committed(args.group)
     plan = _reset_plan(admin, args, sorted(committed), f"group '{args.group}' has no offsets")
-    if plan is None:
-        return 1
     if args.execute:
-        result = admin.reset_group_offsets(args.group, dict(plan))
-        failed = {tp: r["error"] for tp, r in result.items() if r["error"].errno != 0}
-        if failed:
-            print(f"minibroker groups: reset failed: {failed}", file=sys.stderr)
-            return 1
+        commit_offsets(admin.to_coordinator(args.group), args.group, plan)
     return _print_plan(args, plan, "NEW-OFFSET", "commit these offsets", out)
 
 
-def _delete(admin, args, out) -> int:
-    result = admin.delete_groups([args.group])
-    outcome = result.get(args.group)
-    if outcome != "OK":
-        print(f"minibroker groups: cannot delete group '{args.group}': {outcome}", file=sys.stderr)
-        return 1
+def _delete(admin: GroupAdmin, args, out) -> int:
+    code = admin.delete(args.group)
+    if code:
+        raise ToolError(f"cannot delete group '{args.group}': {error_text(code)}")
     print(f"Deleted consumer group '{args.group}'.", file=out)
     return 0
 
@@ -360,29 +359,4 @@ ACTIONS = {"list": _list, "describe": _describe, "reset-offsets": _reset, "delet
 
 
 def run(args, out=None) -> int:
-    try:
-        from kafka import KafkaAdminClient
-        from kafka.errors import KafkaError
-    except ImportError:
-        return missing_kafka_python("groups")
-    out = out or sys.stdout
-    settings, code = kafka_python_tool_settings(args, "groups")
-    if code:
-        return code
-    try:
-        admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="minibroker-groups",
-                                 request_timeout_ms=int(args.timeout * 1000), **settings)
-    except KafkaError as e:
-        print(f"minibroker groups: cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
-    from minibroker.tools.topics import ToolError, report_failure
-
-    try:
-        return ACTIONS[args.action](admin, args, out)
-    except KafkaError as e:
-        print(f"minibroker groups: {e!r}", file=sys.stderr)
-        return 1
-    except ToolError as e:
-        return report_failure("groups", args, e)
-    finally:
-        admin.close()
+    return run_admin("groups", GroupAdmin, ACTIONS, args, out)

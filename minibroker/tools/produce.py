@@ -1,12 +1,19 @@
-"""``minibroker produce``: kafka-console-producer.sh with kafka-python underneath.
+"""``minibroker produce``: kafka-console-producer.sh over our own wire client (no Kafka client library).
 
 Each line of stdin (bytes, the trailing newline removed) becomes one record. With
 ``--key-separator SEP`` the text before the first SEP is the key (a line without SEP is an
 error, as Kafka's ``parse.key=true`` makes it). ``--header k=v`` (repeatable) adds headers to
-every record; ``--compression`` picks the batch codec; ``--partition`` pins the partition.
-Records are sent asynchronously and flushed at the end of input; the exit code is 1 if any
-record failed or any line was malformed (each counted on its own), 130 after Ctrl-C, which flushes
-what was sent for at most two seconds and prints the summary.
+every record; ``--compression`` picks the batch codec; records carry a producer id and sequence numbers
+(idempotent, as Kafka's producers are by default since 3.0) unless ``enable.idempotence=false`` or
+``--acks`` is below all; ``--partition`` pins the partition, else a key's
+partition is Kafka's (murmur2) and records without a key go round-robin
+(minibroker/tools/records_client.py). What stdin has ready is sent as one Produce request per leader
+before the next read, so an interactive line is sent at once and a piped file in large batches.
+
+Connecting, ``--timeout`` and exit codes are every tool's (minibroker/tools/command.py); the timeout
+bounds connecting and each request, not the wait for input. The exit code is 1 if any record failed or
+any line was malformed (each counted on its own), 130 after Ctrl-C, which sends what was read for at
+most two seconds and prints the summary.
 """
 
 from __future__ import annotations
@@ -14,41 +21,32 @@ from __future__ import annotations
 import argparse
 import sys
 
-from minibroker.tools.wire import kafka_python_tool_settings
+from minibroker.records.codecs import Compression
+from minibroker.tools.command import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, report, run_tool, stdout_text
 
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
-
-
-def missing_kafka_python(tool: str) -> int:
-    """The message every kafka-python based tool prints when the client is not installed."""
-    print(f"minibroker {tool}: this tool needs kafka-python; install it with\n"
-          f"    pip install 'kafka-python>=3.0,<4'", file=sys.stderr)
-    return 3
+# --producer-property keys (Kafka's names; kafka-python's spelling with underscores is read too)
+PRODUCER_PROPERTIES = {"acks": str, "compression.type": str, "batch.size": int, "linger.ms": int,
+                       "retries": int, "client.id": str, "enable.idempotence": str,
+                       "magic": int}  # minibroker's own: 0 or 1 writes an old message format (teaching)
 
 
 def parse_properties(items: list[str] | None) -> dict[str, object]:
-    """``key=value`` client settings (kafka-python's names); ints, floats and booleans converted."""
+    """``key=value`` producer settings among PRODUCER_PROPERTIES, converted. Raises ValueError naming the
+    item."""
     out: dict[str, object] = {}
     for item in items or []:
         key, sep, text = item.partition("=")
+        key = key.strip().replace("_", ".")
         if not sep or not key:
             raise ValueError(f"property {item!r} is not KEY=VALUE")
-        value: object = text
-        if key.strip() in ("api_version", "api.version"):  # kafka-python wants a tuple: (0, 10, 0)
-            try:
-                value = tuple(int(part) for part in text.split("."))
-            except ValueError:
-                raise ValueError(f"property {item!r}: a version is numbers with dots, e.g. 0.10.0") from None
-        elif text.lower() in ("true", "false"):
-            value = text.lower() == "true"
-        else:
-            for convert in (int, float):
-                try:
-                    value = convert(text)
-                    break
-                except ValueError:
-                    pass
-        out[key.strip().replace(".", "_")] = value
+        if key not in PRODUCER_PROPERTIES:
+            raise ValueError(f"property {key} is not one this producer reads "
+                             f"({', '.join(PRODUCER_PROPERTIES)})")
+        try:
+            out[key] = PRODUCER_PROPERTIES[key](text.strip())
+        except ValueError:
+            raise ValueError(f"property {item!r}: {key} is a number") from None
     return out
 
 
@@ -62,44 +60,43 @@ def parse_headers(items: list[str] | None) -> list[tuple[str, bytes]]:
     return out
 
 
+def _shown(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")
+
+
 def split_line(line: bytes, separator: bytes | None) -> tuple[bytes | None, bytes]:
     if separator is None:
         return None, line
     key, sep, value = line.partition(separator)
     if not sep:
-        raise ValueError(f"no key separator {separator!r} in line {line[:60]!r}")
+        raise ValueError(f'no key separator "{_shown(separator)}" in line "{_shown(line[:60])}"')
     return key, value
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("produce", parents=[common], help="send lines from stdin as records (kafka-python)")
+    p = sub.add_parser("produce", parents=[common], help="send lines from stdin as records")
     p.add_argument("--topic", required=True)
     p.add_argument("--key-separator", metavar="SEP",
                    help="split each line at the first SEP into key and value")
     p.add_argument("--header", action="append", metavar="KEY=VALUE",
                    help="header on every record (repeatable)")
     p.add_argument("--compression", choices=COMPRESSION, default="none")
-    p.add_argument("--partition", type=int, default=None, help="default: the partitioner decides")
+    p.add_argument("--partition", type=int, default=None,
+                   help="default: a key's partition (murmur2), round-robin without a key")
     p.add_argument("--acks", choices=("0", "1", "all", "-1"), default="all")
     p.add_argument("--producer-property", action="append", metavar="KEY=VALUE",
-                   help="extra kafka-python KafkaProducer setting, e.g. linger_ms=5 (repeatable)")
+                   help=f"producer setting, one of {', '.join(PRODUCER_PROPERTIES)} (repeatable)")
     p.set_defaults(func=run)
 
 
 class Tally:
-    """What happened to the input: lines read, malformed lines skipped, records handed to the
-    producer, acknowledged and failed (the last two counted by the producer's I/O thread)."""
+    """What happened to the input: lines read, malformed lines skipped, records sent, acknowledged and
+    failed (with the first failure's reason)."""
 
     def __init__(self) -> None:
         self.lines = self.malformed = self.sent = self.acked = 0
-        self.failed: list[BaseException] = []
+        self.failed: list[str] = []
         self.first_malformed: str | None = None
-
-    def on_ack(self, _metadata) -> None:
-        self.acked += 1
-
-    def on_error(self, exc: BaseException) -> None:
-        self.failed.append(exc)
 
     def summary(self, interrupted: bool) -> str:
         failed = len(self.failed)
@@ -112,94 +109,148 @@ class Tally:
         parts.append(f"{self.malformed} malformed line{'s' if self.malformed != 1 else ''} skipped")
         lines = [f"minibroker produce: {'interrupted: ' if interrupted else ''}{', '.join(parts)}"]
         if failed:
-            lines.append(f"minibroker produce: {failed} of {self.sent} records failed: {self.failed[0]!r}")
+            lines.append(f"minibroker produce: {failed} of {self.sent} records failed: {self.failed[0]}")
         if self.malformed:
             lines.append(f"minibroker produce: {self.malformed} malformed line"
                          f"{'s' if self.malformed != 1 else ''} skipped (first: {self.first_malformed})")
         return "\n".join(lines)
 
 
-INTERRUPT_FLUSH_S = 2.0  # after Ctrl-C: how long to wait for records already sent
+INTERRUPT_FLUSH_S = 2.0  # after Ctrl-C: how long sending what was read may take
+READ_BYTES = 1 << 16
 
 
 def run(args, stdin=None) -> int:
     """Exit 0 when every line became an acknowledged record; 1 when a record failed, a line was
-    malformed or a record is unconfirmed at the end; 130 on Ctrl-C (after a bounded flush and
-    the summary); 2 for bad options; 3 without kafka-python."""
-    try:
-        from kafka import KafkaProducer
-        from kafka.errors import KafkaError
-    except ImportError:
-        return missing_kafka_python("produce")
+    malformed or a record is unconfirmed at the end; 130 on Ctrl-C (after a bounded send and the
+    summary); 2 for bad options."""
     stdin = stdin if stdin is not None else sys.stdin.buffer
     try:
         headers = parse_headers(args.header)
-        extra = parse_properties(args.producer_property)
+        settings = parse_properties(args.producer_property)
     except ValueError as e:
-        print(f"minibroker produce: {e}", file=sys.stderr)
-        return 2
-    settings, code = kafka_python_tool_settings(args, "produce")
-    if code:
-        return code
-    separator = args.key_separator.encode() if args.key_separator is not None else None
-    acks = "all" if args.acks in ("all", "-1") else int(args.acks)
+        report("produce", str(e))
+        return EXIT_USAGE
+    acks_text = str(settings.get("acks", args.acks))
+    if acks_text not in ("0", "1", "all", "-1"):
+        report("produce", f"acks={acks_text}: use 0, 1, all or -1")
+        return EXIT_USAGE
+    compression = str(settings.get("compression.type", args.compression))
+    if compression not in COMPRESSION:
+        report("produce", f"compression.type={compression}: use one of {', '.join(COMPRESSION)}")
+        return EXIT_USAGE
+    magic = int(settings.get("magic", 2))
+    if magic not in (0, 1, 2):
+        report("produce", f"magic={magic}: use 0, 1 or 2")
+        return EXIT_USAGE
+    idempotence = str(settings.get("enable.idempotence", "true" if magic == 2 else "false")).lower()
+    if idempotence not in ("true", "false"):
+        report("produce", f"enable.idempotence={idempotence}: use true or false")
+        return EXIT_USAGE
     tally = Tally()
+
+    def work(security, deadline) -> int:
+        from minibroker.tools.cluster import Cluster
+        from minibroker.tools.records_client import BATCH_BYTES, RecordProducer
+
+        with Cluster(args.bootstrap_server, args.timeout, security,
+                     str(settings.get("client.id", "minibroker-produce")), deadline) as cluster:
+            producer = RecordProducer(cluster, acks=-1 if acks_text == "all" else int(acks_text),
+                                      compression=Compression[compression.upper()],
+                                      batch_bytes=int(settings.get("batch.size", BATCH_BYTES)),
+                                      retries=settings.get("retries"),
+                                      # as Kafka's producers since 3.0 (not with acks below all)
+                                      idempotent=idempotence == "true" and acks_text in ("all", "-1"),
+                                      magic=magic)
+            producer.partition_count(args.topic)  # the topic (auto-created where the broker does) and
+            if args.partition is not None:        # the partition exist, within the whole --timeout
+                producer.choose_partition(args.topic, None, args.partition)
+            deadline.restart(None)  # from here on, --timeout bounds each request; input may take its time
+            return _produce_input(args, producer, stdin, headers, tally)
+
     try:
-        producer = KafkaProducer(bootstrap_servers=args.bootstrap_server, acks=acks,
-                                 compression_type=None if args.compression == "none" else args.compression,
-                                 client_id="minibroker-produce", **{**settings, **extra})
-    except KafkaError as e:
-        print(f"minibroker produce: cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
+        code = run_tool("produce", args, work)
+    except KeyboardInterrupt:  # before any input was read (connecting)
         print(tally.summary(interrupted=True), file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    return code
+
+
+def _prompt_for(stdin):
+    """What to call before each read: print ``>`` when a person types the input (stdin and stdout
+    terminals, where Kafka's console producer prompts too), nothing for a pipe or a file."""
+    def interactive(stream) -> bool:
+        try:
+            return stream.isatty()
+        except (AttributeError, ValueError):  # a test's in-memory stream, a closed one
+            return False
+
+    if not (interactive(stdin) and interactive(sys.stdout)):
+        return lambda: None
+    out = stdout_text()
+
+    def prompt() -> None:
+        out.write(">")
+        out.flush()
+
+    return prompt
+
+
+def _produce_input(args, producer, stdin, headers, tally: Tally) -> int:
+    separator = args.key_separator.encode() if args.key_separator is not None else None
     interrupted = False
-    flush_timeout = args.timeout
+    rest = b""
+    pending: list[tuple] = []
+
+    def send() -> None:
+        if pending:
+            records = list(pending)
+            pending.clear()
+            tally.sent += len(records)
+            for outcome in producer.send(args.topic, records, args.partition):
+                if outcome.error is None:
+                    tally.acked += 1
+                else:
+                    tally.failed.append(outcome.error)
+
+    def take(line: bytes) -> None:
+        tally.lines += 1
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        try:
+            key, value = split_line(line, separator)
+        except ValueError as e:
+            report("produce", f"line {tally.lines}: {e}")
+            tally.malformed += 1
+            tally.first_malformed = tally.first_malformed or f"line {tally.lines}: {e}"
+            return
+        pending.append((key, value, headers))
+
+    read = getattr(stdin, "read1", stdin.read)
+    prompt = _prompt_for(stdin)
     try:
-        try:
-            for raw in stdin:
-                tally.lines += 1
-                line = raw[:-1] if raw.endswith(b"\n") else raw
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                try:
-                    key, value = split_line(line, separator)
-                except ValueError as e:
-                    print(f"minibroker produce: line {tally.lines}: {e}", file=sys.stderr)
-                    tally.malformed += 1
-                    tally.first_malformed = tally.first_malformed or f"line {tally.lines}: {e}"
-                    continue
-                try:
-                    future = producer.send(args.topic, value=value, key=key, headers=headers or None,
-                                           partition=args.partition)
-                except KafkaError as e:  # not sent at all (e.g. no metadata within max_block_ms)
-                    tally.sent += 1
-                    tally.on_error(e)
-                    continue
-                tally.sent += 1
-                future.add_callback(tally.on_ack)
-                future.add_errback(tally.on_error)
-        except KeyboardInterrupt:
-            interrupted = True
-        flush_timeout = min(args.timeout, INTERRUPT_FLUSH_S) if interrupted else args.timeout
-        try:
-            producer.flush(timeout=flush_timeout)
-        except KafkaError:
-            pass  # what was not acknowledged in time is reported as unconfirmed
-        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
-            interrupted = True
-            flush_timeout = 0
+        while True:
+            prompt()
+            chunk = read(READ_BYTES)
+            if not chunk:
+                break
+            *lines, rest = (rest + chunk).split(b"\n")
+            for line in lines:
+                take(line)
+            send()  # what the input had ready: one request per leader, before waiting for more
+        if rest:
+            take(rest)
+        send()
     except KeyboardInterrupt:
-        interrupted, flush_timeout = True, 0
-    finally:
+        interrupted = True
+        producer.cluster.deadline.restart(INTERRUPT_FLUSH_S)
         try:
-            producer.close(timeout=min(flush_timeout, INTERRUPT_FLUSH_S) if interrupted else args.timeout)
-        except KeyboardInterrupt:
-            interrupted = True
+            send()
+        except (KeyboardInterrupt, Exception):  # a second Ctrl-C, or no time left: reported unconfirmed
+            pass
     failed = bool(tally.failed) or tally.malformed or tally.sent != tally.acked
     if interrupted or failed:
         print(tally.summary(interrupted), file=sys.stderr)
     if interrupted:
-        return 130
-    return 1 if failed else 0
+        return EXIT_INTERRUPTED
+    return EXIT_ERROR if failed else 0

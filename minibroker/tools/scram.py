@@ -6,18 +6,19 @@
         --delete-config SCRAM-SHA-512
     minibroker scram --bootstrap-server H:P --describe [--entity-type users] [--entity-name alice]
 
-Online, the tool sends AlterUserScramCredentials / DescribeUserScramCredentials through kafka-python's
-admin client (which salts the password with PBKDF2 before it leaves the machine), one request per
-mechanism (Kafka refuses two alterations of one user in one request); ``--command-config`` names a
-client properties file as Kafka's tools take it (minibroker/tools/client_config.py), so it can reach a
-SASL or TLS listener.
+Online, the tool sends AlterUserScramCredentials / DescribeUserScramCredentials through our own wire
+client, salting the password with PBKDF2 before it leaves the machine as Kafka's admin client does, one
+request per mechanism (Kafka refuses two alterations of one user in one request); ``--command-config``
+names a client properties file as Kafka's tools take it (minibroker/tools/client_config.py), so it can
+reach a SASL or TLS listener. Connecting, ``--timeout`` and errors are every tool's
+(minibroker/tools/command.py).
 
 Offline, ``--data-dir DIR`` writes (or, with ``--describe``, reads) the credentials file of a log dir no
 broker is running on, as ``kafka-storage.sh format --add-scram`` seeds users before the first start; a
 running broker holds the directory's lock and the tool refuses.
 
 Iterations default to 4096 and must lie in [4096, 16384]. Exit codes: 0 success, 1 when the broker (or
-the directory) refused, 2 for usage errors, 3 when the online mode lacks kafka-python.
+the directory) refused or the broker could not be reached in time, 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -28,14 +29,14 @@ import sys
 
 from minibroker.security.sasl.scram import MAX_ITERATIONS, MECHANISMS, credential_from_password
 from minibroker.tools.client_config import add_command_config_argument
+from minibroker.tools.wire import ToolError
 
 DEFAULT_ITERATIONS = 4096
 # "key=value" items of one mechanism's brackets; a value runs to the next ",iterations=" or ",password="
 _KEY_VALUE = re.compile(r"(?:^|,)\s*(iterations|password)=((?:(?!,\s*(?:iterations|password)=).)*)")
 
 
-class ToolError(Exception):
-    """A failure to report on stderr with exit code 1."""
+DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 
 
 def parse_add_config(text: str) -> dict[str, tuple[int, str]]:
@@ -116,48 +117,45 @@ def _offline(args, adds, deletes, out) -> int:
     return 0
 
 
-def _online(args, adds, deletes, out) -> int:
-    import kafka.errors
-    from kafka.admin import KafkaAdminClient, UserScramCredentialDeletion, UserScramCredentialUpsertion
+def _online(args, adds, deletes, out, security, deadline) -> int:
+    from minibroker.security.sasl.scram import new_salt, salted_password
+    from minibroker.tools.cluster import Cluster, error_text
 
-    from minibroker.tools.client_config import ClientConfigError, kafka_python_settings
-
-    try:
-        settings = kafka_python_settings(args.command_config)
-    except ClientConfigError as e:
-        raise ToolError(str(e)) from None
-    try:
-        admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="minibroker-scram",
-                                 request_timeout_ms=int(args.timeout * 1000), **settings)
-    except kafka.errors.KafkaError as e:
-        raise ToolError(f"cannot reach {args.bootstrap_server}: {type(e).__name__}: {e}") from None
-    try:
+    by_type = {m.type: name for name, m in MECHANISMS.items()}
+    with Cluster(args.bootstrap_server, args.timeout, security, "minibroker-scram", deadline) as cluster:
         if args.describe:
-            asked = [args.entity_name] if args.entity_name else None
-            described = admin.describe_user_scram_credentials(asked)
+            users = [{"name": args.entity_name}] if args.entity_name else None
+            r = cluster.bootstrap.request(DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": users})
+            if r.error_code:
+                raise ToolError(error_text(r.error_code, r.error_message))
             failed = False
-            for user, d in described.items():
-                if d["error"]:
-                    print(f"minibroker scram: {d['error']}", file=sys.stderr)
+            for result in sorted(r.results, key=lambda r: r.user):
+                if result.error_code:
+                    print(f"minibroker scram: {error_text(result.error_code, result.error_message)}",
+                          file=sys.stderr)
                     failed = True
                 else:
-                    print(_describe_line(user, [(m.name.replace("_", "-"), i) for m, i in (
-                        (c["mechanism"], c["iterations"]) for c in d["credential_infos"])]), file=out)
+                    infos = [(by_type.get(c.mechanism, str(c.mechanism)), c.iterations)
+                             for c in result.credential_infos]
+                    print(_describe_line(result.user, infos), file=out)
             return 1 if failed else 0
-        alterations = [UserScramCredentialDeletion(args.entity_name, m) for m in deletes]
-        alterations += [UserScramCredentialUpsertion(args.entity_name, m, password, iterations=iterations)
-                        for m, (iterations, password) in adds.items()]
+        alterations = [{"deletions": [{"name": args.entity_name, "mechanism": MECHANISMS[m].type}],
+                        "upsertions": []} for m in deletes]
+        for m, (iterations, password) in adds.items():
+            salt = new_salt()  # salted here: the password never leaves this machine
+            alterations.append({"deletions": [], "upsertions": [{
+                "name": args.entity_name, "mechanism": MECHANISMS[m].type, "iterations": iterations,
+                "salt": salt,
+                "salted_password": salted_password(MECHANISMS[m], password, salt, iterations)}]})
         # one request per alteration: Kafka (KRaft) refuses two alterations of one user in one request
-        for alteration in alterations:
-            for user, error in admin.alter_user_scram_credentials([alteration]).items():
-                if error:
-                    raise ToolError(f"user {user}: {alteration.mechanism.name.replace('_', '-')}: {error}")
-        print(f"Completed updating config for user {args.entity_name}.", file=out)
-        return 0
-    except kafka.errors.KafkaError as e:
-        raise ToolError(f"{type(e).__name__}: {e}") from None
-    finally:
-        admin.close()
+        for body in alterations:
+            mechanism = by_type[(body["deletions"] or body["upsertions"])[0]["mechanism"]]
+            for result in cluster.bootstrap.request(ALTER_USER_SCRAM_CREDENTIALS, body).results:
+                if result.error_code:
+                    raise ToolError(f"user {result.user}: {mechanism}: "
+                                    f"{error_text(result.error_code, result.error_message)}")
+    print(f"Completed updating config for user {args.entity_name}.", file=out)
+    return 0
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:
@@ -179,7 +177,9 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
 
 
 def run(args, out=None) -> int:
-    out = out or sys.stdout
+    from minibroker.tools.command import stdout_text
+
+    out = out or stdout_text()  # a closed stdout ends quietly, not as an unreachable broker
     try:
         adds = parse_add_config(args.add_config) if args.add_config else {}
         deletes = parse_delete_config(args.delete_config) if args.delete_config else []
@@ -200,13 +200,10 @@ def run(args, out=None) -> int:
         _check_iterations(adds)
         if args.data_dir:
             return _offline(args, adds, deletes, out)
-        try:
-            import kafka  # noqa: F401 - the online mode's admin client
-        except ImportError:
-            from minibroker.tools.produce import missing_kafka_python
-
-            return missing_kafka_python("scram")
-        return _online(args, adds, deletes, out)
     except ToolError as e:
         print(f"minibroker scram: {e}", file=sys.stderr)
         return 1
+    from minibroker.tools.command import run_tool
+
+    return run_tool("scram", args, lambda security, deadline: _online(args, adds, deletes, out, security,
+                                                                       deadline))

@@ -5,19 +5,20 @@ Actions: ``create``, ``list``, ``describe``, ``delete``, ``alter`` (partition co
 running broker through ``WireClient`` and our own codec (no kafka-python needed); versions are
 negotiated with ApiVersions, so the tool also works against an Apache Kafka broker.
 
-Exit codes: 0 success, 1 when the broker answered with an error (printed to stderr), 2 for
-usage errors (argparse).
+Connecting, ``--timeout``, errors and exit codes are every tool's (minibroker/tools/command.py): 0
+success, 1 when the broker answered with an error (printed to stderr) or could not be reached in time,
+2 for usage errors.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from minibroker.errors import ErrorCode
 from minibroker.protocol import codec
-from minibroker.tools.client_config import ClientConfigError, read_client_config
-from minibroker.tools.wire import BrokerConnection, ToolError, failure_text, split_host_port
+from minibroker.tools.cluster import error_text
+from minibroker.tools.command import run_admin
+from minibroker.tools.wire import BrokerConnection, ToolError, split_host_port
 
 API_VERSIONS, METADATA, CREATE_TOPICS, DELETE_TOPICS = 18, 3, 19, 20
 DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
@@ -26,34 +27,13 @@ DYNAMIC_TOPIC_CONFIG = 1
 OP_SET, OP_DELETE = 0, 1
 
 
-class UsageError(Exception):
-    """Options that do not go together: reported with exit code 2."""
-
-
-def error_text(code: int, message: str | None = None) -> str:
-    try:
-        name = ErrorCode(code).name
-    except ValueError:
-        name = f"error {code}"
-    return f"{name}: {message}" if message else name
-
-
 class TopicAdmin(BrokerConnection):
     """Admin requests to one broker, each at the highest version both sides speak. Not thread-safe."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0, security=None):
+    def __init__(self, bootstrap: str, timeout: float = 10.0, security=None, deadline=None):
         host, port = split_host_port(bootstrap)
-        super().__init__(host, port, timeout, security, client_id="minibroker-topics")
+        super().__init__(host, port, timeout, security, client_id="minibroker-topics", deadline=deadline)
         self.timeout_ms = int(timeout * 1000)
-
-    def version(self, api_key: int, at_least: int = 0) -> int:
-        if api_key not in self.broker_max:
-            raise ToolError(f"the broker does not serve {codec.API_NAMES.get(api_key, api_key)}")
-        ours = codec.REQUESTS[api_key].valid[1]
-        return min(ours, self.broker_max[api_key])
-
-    def request(self, api_key: int, body) -> codec.Struct:
-        return self.client.request(api_key, self.version(api_key), body)
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -244,30 +224,6 @@ def add_parser(sub, common: argparse.ArgumentParser) -> None:
     alter_config.add_argument("--add-config", action="append", metavar="K=V[,K=V]")
     alter_config.add_argument("--delete-config", action="append", metavar="K[,K]")
     topics.set_defaults(func=run)
-
-
-def run_admin(tool: str, admin_class, actions: dict, args, out=None, check_usage=None) -> int:
-    """Run ``actions[args.action]`` on an ``admin_class`` connection; failures go to stderr, with exit
-    code 2 for usage and client-config errors, 1 for broker errors and unreachable brokers."""
-    out = out or sys.stdout
-    try:
-        if check_usage is not None:
-            check_usage(args)
-        security = read_client_config(args.command_config)
-        with admin_class(args.bootstrap_server, timeout=args.timeout, security=security) as admin:
-            return actions[args.action](admin, args, out)
-    except (ClientConfigError, UsageError, ToolError, OSError) as e:
-        return report_failure(tool, args, e)
-
-
-def report_failure(tool: str, args, e: Exception) -> int:
-    """Say on stderr why ``tool`` failed; the exit code: 2 for usage and client-config errors, 1 else."""
-    if isinstance(e, UsageError):
-        print(f"minibroker {tool} {args.action}: {e}", file=sys.stderr)
-        return 2
-    text = failure_text(args.bootstrap_server, e) if isinstance(e, OSError) else str(e)
-    print(f"minibroker {tool}: {text}", file=sys.stderr)
-    return 2 if isinstance(e, ClientConfigError) else 1
 
 
 def run(args, out=None) -> int:

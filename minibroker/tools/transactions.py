@@ -32,13 +32,13 @@ from collections.abc import Iterable
 
 from minibroker.errors import ErrorCode
 from minibroker.protocol import codec
-from minibroker.tools.topics import ToolError, UsageError, error_text, run_admin
-from minibroker.tools.wire import BrokerConnection, split_host_port
+from minibroker.tools.cluster import TRANSACTION_KEY_TYPE, Cluster, error_text
+from minibroker.tools.command import UsageError, run_admin
+from minibroker.tools.wire import BrokerConnection, ToolError
 
 CLIENT_ID = "minibroker-transactions"
-METADATA, FIND_COORDINATOR, WRITE_TXN_MARKERS = 3, 10, 27
+WRITE_TXN_MARKERS = 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
-TRANSACTION_KEY_TYPE = 1
 MAX_BATCH_SIZE = 500  # partitions per DescribeProducers, as Kafka's find-hanging batches them
 
 LIST_HEADERS = ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
@@ -62,79 +62,14 @@ def print_table(headers: list[str], rows: list[list[str]], out) -> None:
         print("".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths, strict=True)), file=out)
 
 
-class TransactionAdmin:
+class TransactionAdmin(Cluster):
     """The requests of kafka-transactions.sh, each sent where Kafka's admin client sends it."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0, security=None):
-        self.timeout = timeout
-        self.security = security  # every broker connection authenticates alike (--command-config)
-        self.bootstrap = BrokerConnection(*split_host_port(bootstrap), timeout, security, CLIENT_ID)
-        self._by_address = {self.bootstrap.address: self.bootstrap}
-        self._brokers: dict[int, tuple[str, int]] = {}
+    def __init__(self, bootstrap: str, timeout: float = 10.0, security=None, deadline=None):
+        super().__init__(bootstrap, timeout, security, CLIENT_ID, deadline)
 
-    def close(self) -> None:
-        for conn in self._by_address.values():
-            conn.close()
-
-    def __enter__(self) -> TransactionAdmin:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # -- finding brokers ------------------------------------------------------------------------
-
-    def connect(self, host: str, port: int) -> BrokerConnection:
-        conn = self._by_address.get((host, port))
-        if conn is None:
-            conn = self._by_address[(host, port)] = BrokerConnection(host, port, self.timeout, self.security,
-                                                                     CLIENT_ID)
-        return conn
-
-    def metadata(self, topics: list[str] | None) -> codec.Struct:
-        body = {"topics": None if topics is None else [{"name": t} for t in topics],
-                "allow_auto_topic_creation": False}
-        md = self.bootstrap.request(METADATA, body, at_least=1)  # v0 cannot ask for no topics
-        self._brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
-        return md
-
-    def broker_ids(self) -> list[int]:
-        self.metadata([])
-        return sorted(self._brokers)
-
-    def node(self, node_id: int) -> BrokerConnection:
-        if node_id not in self._brokers:
-            self.metadata([])
-        if node_id not in self._brokers:
-            raise ToolError(f"broker {node_id} is not in the cluster's metadata")
-        return self.connect(*self._brokers[node_id])
-
-    def partitions(self, topics: list[str] | None) -> list[tuple[str, int, int, list[int]]]:
-        """(topic, partition, leader, replicas) of ``topics`` (None: every topic, internal ones too)."""
-        out = []
-        for t in self.metadata(topics).topics:
-            if t.error_code:
-                raise ToolError(f"Failed to describe topic {t.name}: {error_text(t.error_code)}")
-            out += [(t.name, p.partition_index, p.leader_id, list(p.replica_nodes)) for p in t.partitions]
-        return sorted(out)
-
-    def leader(self, topic: str, partition: int) -> int:
-        for _topic, index, leader, _replicas in self.partitions([topic]):
-            if index == partition:
-                if leader < 0:
-                    raise ToolError(f"{topic}-{partition}: {ErrorCode.LEADER_NOT_AVAILABLE.name}")
-                return leader
-        raise ToolError(f"{topic}-{partition}: {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.name}")
-
-    def coordinator(self, transactional_id: str) -> tuple[int, BrokerConnection]:
-        body = {"key": transactional_id, "key_type": TRANSACTION_KEY_TYPE,
-                "coordinator_keys": [transactional_id]}
-        r = self.bootstrap.request(FIND_COORDINATOR, body, at_least=1)  # v0 finds group coordinators only
-        found = r.coordinators[0] if getattr(r, "coordinators", None) else r
-        if found.error_code:
-            raise ToolError(f"Failed to find the coordinator of transactional-id `{transactional_id}`: "
-                            f"{error_text(found.error_code, found.error_message)}")
-        return found.node_id, self.connect(found.host, found.port)
+    def transaction_coordinator(self, transactional_id: str) -> tuple[int, BrokerConnection]:
+        return self.coordinator(transactional_id, TRANSACTION_KEY_TYPE)
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -153,7 +88,7 @@ class TransactionAdmin:
 
     def describe_transaction(self, transactional_id: str) -> tuple[int, codec.Struct]:
         """(coordinator id, state); the state's error_code is for the caller to judge."""
-        node_id, conn = self.coordinator(transactional_id)
+        node_id, conn = self.transaction_coordinator(transactional_id)
         r = conn.request(DESCRIBE_TRANSACTIONS, {"transactional_ids": [transactional_id]})
         return node_id, r.transaction_states[0]
 

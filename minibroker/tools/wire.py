@@ -1,16 +1,18 @@
 """A minimal blocking Kafka wire client over our own protocol layer, for tools and probes.
 
-One request at a time on one socket; enough for the healthcheck and small admin calls.
-Whole clients (consumers, producers with batching) come from kafka-python instead.
+One request at a time on one socket: the healthcheck, the console tools and the test fixture's helpers
+(minibroker/tools/cluster.py finds the broker each request goes to; records_client.py produces and fetches
+through it).
 
 With a ``ClientSecurity`` (minibroker/tools/client_config.py, from ``--command-config``) the socket is
 wrapped in TLS (SSL, SASL_SSL; the broker's host name checked unless the endpoint identification algorithm
 is empty, as Kafka's clients do) and authenticated with SASL (SASL_PLAINTEXT, SASL_SSL) the way Kafka's
 clients do it: ApiVersions, SaslHandshake v1 naming the mechanism, then SaslAuthenticate (v0-v2, the
 highest the broker serves) carrying the mechanism's tokens (minibroker/tools/sasl_client.py). Every wait is
-bounded by the socket timeout. A refused authentication raises ``AuthenticationFailed``, a failed TLS
-handshake ``TlsHandshakeFailed``; both are ``ConnectionError``s whose message is one line naming the
-broker (and the mechanism and user), for a tool to print as it is.
+bounded by the socket timeout and, with a ``Deadline``, by the time the whole command has left: past it a
+``CommandTimeout`` says which broker did not answer in time. A refused authentication raises
+``AuthenticationFailed``, a failed TLS handshake ``TlsHandshakeFailed``; both are ``ConnectionError``s whose
+message is one line naming the broker (and the mechanism and user), for a tool to print as it is.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+import time
 
 from minibroker.protocol import codec
-from minibroker.tools.client_config import ClientConfigError, read_client_config
 
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 UNSUPPORTED_SASL_MECHANISM = 33
@@ -35,23 +37,63 @@ class TlsHandshakeFailed(ConnectionError):
     certificate where one is required, not a TLS listener...)."""
 
 
+class CommandTimeout(TimeoutError):
+    """The command's ``--timeout`` ran out while waiting on a broker (``address``, when known)."""
+
+    def __init__(self, message: str, address: str | None = None):
+        super().__init__(message)
+        self.address = address
+
+
+class Deadline:
+    """When a command must be done (``time.monotonic()``), shared by every connection it opens; ``at`` None:
+    no bound but each wait's own socket timeout (a consumer following new records)."""
+
+    def __init__(self, seconds: float | None):
+        self.restart(seconds)
+
+    def restart(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.at = None if seconds is None else time.monotonic() + seconds
+
+    def left(self, wait: float | None) -> float | None:
+        """How long the next wait may take: ``wait``, cut to what is left. Raises CommandTimeout when
+        nothing is."""
+        if self.at is None:
+            return wait
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise CommandTimeout(f"no answer within --timeout {self.seconds:g} s")
+        return left if wait is None else min(wait, left)
+
+
 def failure_text(bootstrap: str, error: OSError) -> str:
     """What a tool prints after a connection failure: our own errors say it all; others get the address."""
     if isinstance(error, (AuthenticationFailed, TlsHandshakeFailed)):
         return str(error)
-    return f"cannot reach {bootstrap}: {error}"
+    if isinstance(error, CommandTimeout):  # the broker that did not answer, named once
+        return f"{error.address or bootstrap}: {error}"
+    if isinstance(error, TimeoutError):
+        return f"cannot reach {bootstrap}: no answer within the timeout"
+    return f"cannot reach {bootstrap}: {error.strerror or error}"
 
 
 class WireClient:
     def __init__(self, host: str, port: int, timeout: float = 5.0, client_id: str = "minibroker-cli",
-                 security=None):
+                 security=None, deadline: Deadline | None = None):
         self.client_id = client_id
         self.address = f"{host}:{port}"
+        self.timeout = timeout
+        self.deadline = deadline
         self._correlation = 0
         self._plaintext = security is None or security.protocol == "PLAINTEXT"
         self._tls = security is not None and security.tls
         self._answered = False  # a TLS listener refusing a client certificate closes before any answer
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        try:
+            self.sock = socket.create_connection((host, port), timeout=self._wait())
+        except TimeoutError:
+            self._timed_out()
+            raise
         try:
             if security is not None and security.tls:
                 self._start_tls(host, security)
@@ -112,16 +154,39 @@ class WireClient:
         except OSError as e:  # closed or timed out mid-exchange: still an authentication failure to report
             raise failed(str(e) or type(e).__name__) from None
 
-    def request(self, api_key: int, version: int, body) -> codec.Struct:
+    def _wait(self) -> float | None:
+        return self.timeout if self.deadline is None else self.deadline.left(self.timeout)
+
+    def _timed_out(self) -> None:
+        """Raise CommandTimeout when a timeout was the command's deadline."""
+        deadline = self.deadline
+        if deadline is not None and deadline.at is not None and time.monotonic() >= deadline.at - 0.01:
+            raise CommandTimeout(f"no answer within --timeout {deadline.seconds:g} s", self.address)
+
+    def send(self, api_key: int, version: int, body) -> None:
+        """A request that gets no answer (Produce with acks=0)."""
+        self._correlation += 1
+        self.sock.settimeout(self._wait())
+        self.sock.sendall(codec.encode_request(api_key, version, self._correlation, body, self.client_id))
+
+    def request(self, api_key: int, version: int, body, wait: float | None = None) -> codec.Struct:
+        """The answer to one request; ``wait`` (seconds) is how long the broker may hold it beyond the
+        timeout (a Fetch's max wait)."""
         self._correlation += 1
         try:
+            self.sock.settimeout(self._wait())
             self.sock.sendall(codec.encode_request(api_key, version, self._correlation, body, self.client_id))
+            if wait:
+                self.sock.settimeout(None if self._wait() is None else self._wait() + wait)
             size = struct.unpack(">i", self._read(4))[0]
             frame = self._read(size)
         except ssl.SSLError as e:  # TLS 1.3: a refused client certificate shows after the handshake
             raise TlsHandshakeFailed(f"TLS connection to {self.address} failed: {e.reason or e} (does "
                                      "the listener require a client certificate? ssl.keystore.location)"
                                      ) from None
+        except TimeoutError:
+            self._timed_out()
+            raise TimeoutError(f"no answer from {self.address} within {self.timeout:g} s") from None
         except OSError as e:
             if self._tls and not self._answered and "closed" in str(e):
                 raise TlsHandshakeFailed(f"TLS connection to {self.address} failed: {e} right after the "
@@ -174,9 +239,11 @@ class BrokerConnection:
     """One broker: a ``WireClient`` and the API versions the broker serves (ApiVersions v0, asked at
     connect); each request goes at the highest version both sides speak. Not thread-safe."""
 
-    def __init__(self, host: str, port: int, timeout: float, security=None, client_id: str = "minibroker"):
+    def __init__(self, host: str, port: int, timeout: float, security=None, client_id: str = "minibroker",
+                 deadline: Deadline | None = None):
         self.address = (host, port)
-        self.client = WireClient(host, port, timeout=timeout, client_id=client_id, security=security)
+        self.client = WireClient(host, port, timeout=timeout, client_id=client_id, security=security,
+                                 deadline=deadline)
         try:
             answer = self.client.request(API_VERSIONS, 0, {})
         except BaseException:
@@ -184,17 +251,25 @@ class BrokerConnection:
             raise
         self.broker_max = {k.api_key: k.max_version for k in answer.api_keys}
 
-    def version(self, api_key: int, at_least: int = 0) -> int:
+    def version(self, api_key: int, at_least: int = 0, at_most: int | None = None) -> int:
+        """The version to send: the highest both sides speak (at most ``at_most``, for a tool that reads
+        topics by name where newer versions carry ids)."""
         name = codec.API_NAMES.get(api_key, api_key)
         if api_key not in self.broker_max:
             raise ToolError(f"the broker at {self.address[0]}:{self.address[1]} does not serve {name}")
         version = min(codec.REQUESTS[api_key].valid[1], self.broker_max[api_key])
+        if at_most is not None:
+            version = min(version, at_most)
         if version < at_least:
             raise ToolError(f"the broker serves {name} up to v{version}; this needs v{at_least}")
         return version
 
-    def request(self, api_key: int, body, at_least: int = 0) -> codec.Struct:
-        return self.client.request(api_key, self.version(api_key, at_least), body)
+    def request(self, api_key: int, body, at_least: int = 0, at_most: int | None = None,
+                wait: float | None = None) -> codec.Struct:
+        return self.client.request(api_key, self.version(api_key, at_least, at_most), body, wait=wait)
+
+    def send(self, api_key: int, body, at_least: int = 0, at_most: int | None = None) -> None:
+        self.client.send(api_key, self.version(api_key, at_least, at_most), body)
 
     def close(self) -> None:
         self.client.close()
@@ -208,9 +283,9 @@ class BrokerConnection:
 
 def api_versions_probe(host: str, port: int, timeout: float = 2.0, security=None) -> bool:
     """True when the broker answers ApiVersions v0 with no error and a non-empty list (after TLS and
-    SASL authentication when ``security`` asks for them)."""
+    SASL authentication when ``security`` asks for them), all within ``timeout`` seconds."""
     with WireClient(host, port, timeout=timeout, client_id="minibroker-healthcheck",
-                    security=security) as client:
+                    security=security, deadline=Deadline(timeout)) as client:
         response = client.request(API_VERSIONS, 0, {})
     return response.error_code == 0 and bool(response.api_keys)
 
@@ -229,25 +304,3 @@ def split_host_port(bootstrap: str) -> tuple[str, int]:
     if not sep:
         return first or "127.0.0.1", 9092
     return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def kafka_python_tool_settings(args, tool: str) -> tuple[dict, int]:
-    """For the tools built on kafka-python: (settings, 0) from ``args.command_config``, or ({}, exit code)
-    after printing why not. On TLS and SASL listeners the broker is first asked once through
-    ``WireClient``: kafka-python reports a refused password or an untrusted certificate only as
-    "Unable to bootstrap" after its whole timeout, this says at once what failed and where."""
-    import sys
-
-    try:
-        security = read_client_config(args.command_config)
-        if security.protocol == "PLAINTEXT":
-            return ({"security_protocol": "PLAINTEXT"} if args.command_config else {}), 0
-        settings = security.kafka_python_settings()
-        check_connection(args.bootstrap_server, security, args.timeout)
-    except ClientConfigError as e:
-        print(f"minibroker {tool}: {e}", file=sys.stderr)
-        return {}, 2
-    except OSError as e:
-        print(f"minibroker {tool}: {failure_text(args.bootstrap_server, e)}", file=sys.stderr)
-        return {}, 1
-    return settings, 0

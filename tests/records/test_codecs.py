@@ -59,6 +59,31 @@ def test_truncated_is_corrupt(codec):
     assert ei.value.code == ErrorCode.CORRUPT_MESSAGE
 
 
+def test_lz4_read_a_feed_at_a_time_agrees_with_the_whole_frame_read():
+    """_unlz4_pieces feeds the decoder LZ4_FEED bytes at a time (issue 29): frames larger than a feed,
+    several frames one after the other and every buffer type read whole; a frame cut anywhere (where
+    python-lz4's whole-frame decoder fails too) is CORRUPT_MESSAGE."""
+    import lz4.frame
+
+    from minibroker.records.codecs import LZ4_FEED, iter_decompress
+
+    data = os.urandom(3 * LZ4_FEED).hex().encode()  # compressible 2:1, a frame of three feeds
+    one = compress(Compression.LZ4, data)
+    assert len(one) > 2 * LZ4_FEED
+    two = one + compress(Compression.LZ4, b"tail")
+    for blob, expected in ((one, data), (two, data + b"tail")):
+        for kind in (bytes, bytearray, memoryview):
+            pieces = list(iter_decompress(Compression.LZ4, kind(blob), chunk=50_000))
+            assert b"".join(pieces) == expected and max(map(len, pieces)) <= 50_000
+    assert decompress(Compression.LZ4, two[: len(one)]) == data
+    for cut in (1, 7, LZ4_FEED - 1, LZ4_FEED, LZ4_FEED + 1, len(one) - 4, len(one) - 1, len(one) + 3):
+        with pytest.raises(RuntimeError):  # python-lz4 on its own: the frame is cut short
+            lz4.frame.decompress(two[:cut] if cut < len(one) else two[len(one) : cut])
+        with pytest.raises(KafkaError) as ei:
+            decompress(Compression.LZ4, two[:cut])
+        assert ei.value.code == ErrorCode.CORRUPT_MESSAGE, cut
+
+
 def test_gzip_multiple_members():
     assert decompress(Compression.GZIP, compress(1, b"ab") + compress(1, b"cd")) == b"abcd"
 

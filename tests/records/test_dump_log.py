@@ -7,6 +7,7 @@ import json
 import struct
 import zlib
 
+import crc32c
 import pytest
 
 from minibroker.coordinator import group_records as gr
@@ -234,6 +235,97 @@ def offsets_log(tmp_path, rows):
     return write(tmp_path, data, name="00000000000000000000")
 
 
+def test_offsets_decoder_prints_every_group_record_type(tmp_path):
+    """Types 3-15 (KIP-848 consumer groups, KIP-932 share groups) from the broker's own encoders, and the
+    two share records it does not write (9, 15) from their schema's bytes, as Kafka's JSON converters
+    print them: field names, order, uuids, a tagged field only when present, errors and unknown types."""
+    import base64
+
+    tid = bytes(range(16))
+    tid_text = base64.urlsafe_b64encode(tid).decode().rstrip("=")
+    classic = gr.ClassicMemberMetadata(30000, (("range", b"\x01\x02"),))
+    member = gr.MemberMetadataValue("inst", None, "client", "/10.0.0.1", ["a", "b"], None, 45000, "uniform",
+                                    classic)
+    assignment = gr.CurrentAssignmentValue(5, 4, 0, {tid: {2, 0}}, {})
+
+    def compact(text: str) -> bytes:
+        return bytes([len(text) + 1]) + text.encode()
+
+    share_partition_metadata = (b"\x00\x00" + b"\x02" + tid + compact("t") + b"\x00\x00\x00\x03"
+                                + b"\x02" + b"\x00\x00\x00\x01" + b"\x02" + compact("r1") + b"\x00" + b"\x00"
+                                + b"\x00")
+    share_state_metadata = (b"\x00\x00" + b"\x02" + tid + compact("t") + b"\x02\x00\x00\x00\x07" + b"\x00"
+                            + b"\x01" + b"\x00")
+    rows = [
+        (gr.encode_group_record_key(3, "g"), gr.encode_epoch_value(7)),
+        (gr.encode_group_record_key(4, "g"), gr.encode_partition_metadata_value({"t": (tid, 3)})),
+        (gr.encode_group_record_key(5, "g", "m"), gr.encode_member_metadata_value(member)),
+        (gr.encode_group_record_key(6, "g"), gr.encode_epoch_value(7)),
+        (gr.encode_group_record_key(7, "g", "m"), gr.encode_target_assignment_value({tid: {1}})),
+        (gr.encode_group_record_key(8, "g", "m"), gr.encode_current_assignment_value(assignment)),
+        (b"\x00\x09\x00\x01s", share_partition_metadata),
+        (gr.encode_group_record_key(10, "s", "m"),
+         gr.encode_share_member_metadata_value(gr.ShareMemberMetadataValue(None, "c", "h", ["t"]))),
+        (gr.encode_group_record_key(11, "s"),
+         gr.encode_share_group_metadata_value(gr.ShareGroupMetadataValue(3, -5))),
+        (gr.encode_group_record_key(11, "s"), b"\x00\x00\x00\x00\x00\x03\x00"),  # Kafka 4.0: no hash
+        (gr.encode_group_record_key(12, "s"), gr.encode_epoch_value(3)),
+        (gr.encode_group_record_key(13, "s", "m"), gr.encode_target_assignment_value({tid: {0}})),
+        (gr.encode_group_record_key(14, "s", "m"), gr.encode_share_current_assignment_value(
+            gr.ShareCurrentAssignmentValue(3, 2, 0, {tid: {0}}))),
+        (b"\x00\x0f\x00\x01s", share_state_metadata),
+        (gr.encode_group_record_key(5, "g", "gone"), None),
+        (gr.encode_group_record_key(3, "g"), gr.encode_epoch_value(7)[:3]),  # torn
+        (gr.encode_group_record_key(3, "g"), b"\x00\x02\x00\x00\x00\x01\x00"),  # an unknown version
+        (b"\x00\x03\x00", gr.encode_epoch_value(7)),  # a key cut short
+        (b"\x00\x10\x00\x01g\x00\x01x", b"\x00\x00\x00"),  # type 16, unknown here
+    ]
+    rc, lines = run("--offsets-decoder", offsets_log(tmp_path, rows))
+    assert rc == 0
+    got = [ln.partition(" key: ")[2] for ln in lines if ln.startswith("|")]
+    g, gm, s, sm = ('{"groupId":"g"}', '{"groupId":"g","memberId":"m"}', '{"groupId":"s"}',
+                    '{"groupId":"s","memberId":"m"}')
+    assert got == [
+        f'{{"type":"3","data":{g}}} payload: {{"version":"0","data":{{"epoch":7}}}}',
+        f'{{"type":"4","data":{g}}} payload: {{"version":"0","data":{{"topics":[{{"topicId":"{tid_text}",'
+        '"topicName":"t","numPartitions":3,"partitionMetadata":[]}]}}',
+        f'{{"type":"5","data":{gm}}} payload: {{"version":"0","data":{{"instanceId":"inst","rackId":null,'
+        '"clientId":"client","clientHost":"/10.0.0.1","subscribedTopicNames":["a","b"],'
+        '"subscribedTopicRegex":null,"rebalanceTimeoutMs":45000,"serverAssignor":"uniform",'
+        '"classicMemberMetadata":{"sessionTimeoutMs":30000,"supportedProtocols":[{"name":"range",'
+        '"metadata":"AQI="}]}}}',
+        f'{{"type":"6","data":{g}}} payload: {{"version":"0","data":{{"assignmentEpoch":7}}}}',
+        f'{{"type":"7","data":{gm}}} payload: {{"version":"0","data":{{"topicPartitions":[{{"topicId":'
+        f'"{tid_text}","partitions":[1]}}]}}}}',
+        f'{{"type":"8","data":{gm}}} payload: {{"version":"0","data":{{"memberEpoch":5,'
+        '"previousMemberEpoch":4,'
+        f'"state":0,"assignedPartitions":[{{"topicId":"{tid_text}","partitions":[0,2]}}],'
+        '"partitionsPendingRevocation":[]}}',
+        f'{{"type":"9","data":{s}}} payload: {{"version":"0","data":{{"topics":[{{"topicId":"{tid_text}",'
+        '"topicName":"t","numPartitions":3,"partitionMetadata":[{"partition":1,"racks":["r1"]}]}]}}',
+        f'{{"type":"10","data":{sm}}} payload: {{"version":"0","data":{{"rackId":null,"clientId":"c",'
+        '"clientHost":"h","subscribedTopicNames":["t"]}}',
+        f'{{"type":"11","data":{s}}} payload: {{"version":"0","data":{{"epoch":3,"metadataHash":-5}}}}',
+        f'{{"type":"11","data":{s}}} payload: {{"version":"0","data":{{"epoch":3}}}}',
+        f'{{"type":"12","data":{s}}} payload: {{"version":"0","data":{{"assignmentEpoch":3}}}}',
+        f'{{"type":"13","data":{sm}}} payload: {{"version":"0","data":{{"topicPartitions":[{{"topicId":'
+        f'"{tid_text}","partitions":[0]}}]}}}}',
+        f'{{"type":"14","data":{sm}}} payload: {{"version":"0","data":{{"memberEpoch":3,'
+        '"previousMemberEpoch":2,'
+        f'"state":0,"assignedPartitions":[{{"topicId":"{tid_text}","partitions":[0]}}]}}}}',
+        f'{{"type":"15","data":{s}}} payload: {{"version":"0","data":{{"initializedTopics":[{{"topicId":'
+        f'"{tid_text}","topicName":"t","partitions":[7]}}],"deletingTopics":[]}}}}',
+        '{"type":"5","data":{"groupId":"g","memberId":"gone"}} payload: <DELETE>',
+        "Error at offset 15, skipping. Could not read record with version 0 from value's buffer due to: "
+        "record truncated.",
+        "Error at offset 16, skipping. Could not read record with version 2 from value's buffer due to: "
+        "Can't read version 2 of ConsumerGroupMetadataValue.",
+        "Error at offset 17, skipping. Could not read record with version 3 from key's buffer due to: "
+        "record truncated.",
+        "Unknown record type 16 at offset 18, skipping.",
+    ]
+
+
 def test_offsets_decoder_prints_kafkas_json(tmp_path):
     commit_key = gr.encode_offset_commit_key("group", "topic", 0)
     rows = [
@@ -243,7 +335,7 @@ def test_offsets_decoder_prints_kafkas_json(tmp_path):
         (commit_key,
          gr.encode_offset_commit_value(gr.OffsetCommitValue(43, "", 1700000000001, -1, 1800000000000))),
         (commit_key, None),
-        (b"\x00\x03" + b"\x00\x05group", b"\x00\x00\x00\x00\x00\x0a"),  # KIP-848 record type 3
+        (gr.encode_group_record_key(3, "group"), gr.encode_epoch_value(10)),  # KIP-848 record type 3
         (None, b"x"),
         (commit_key, b"\x00\x09" + b"\x00" * 20),
         (gr.encode_group_metadata_key("group"), _group_value(SUBSCRIPTION_V3, ASSIGNMENT_V3, 0)),
@@ -274,7 +366,9 @@ def test_offsets_decoder_prints_kafkas_json(tmp_path):
         f' key: {commit} payload: {{"version":"1","data":{{"offset":43,"metadata":"",'
         '"commitTimestamp":1700000000001,"expireTimestamp":1800000000000}}')
     assert recs[4].endswith(f" key: {commit} payload: <DELETE>")
-    assert recs[5].endswith(" key: Unknown record type 3 at offset 5, skipping.")
+    # Kafka's own expectation for a ConsumerGroupMetadata record (DumpLogSegmentsTest)
+    assert recs[5].endswith(' key: {"type":"3","data":{"groupId":"group"}} '
+                            'payload: {"version":"0","data":{"epoch":10}}')
     assert recs[6].endswith(
         " key: Failed to decode message at offset 6 using offset topic decoder (message had a missing key)")
     assert recs[7].endswith(
@@ -465,12 +559,15 @@ def test_index_without_its_log(tmp_path, suffix):
 def test_unreadable_and_unknown_files(tmp_path):
     log = write(tmp_path, sample())
     missing = str(tmp_path / "missing.log")
-    other = write(tmp_path, b"x", ".snapshot")
-    rc, lines, err = run_err(missing, log, str(tmp_path), other)
+    other = write(tmp_path, b"x", ".deleted")
+    bad_snapshot = write(tmp_path, b"\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00", ".snapshot")
+    rc, lines, err = run_err(missing, log, str(tmp_path), other, bad_snapshot)
     assert rc == 1
-    assert lines[0] == f"Dumping {missing}" and lines[1] == f"Dumping {log}" and len(lines) == 9
+    assert lines[0] == f"Dumping {missing}" and lines[1] == f"Dumping {log}" and len(lines) == 10
     assert err == [f"Could not read {missing}: No such file or directory",
-                   f"Could not read {tmp_path}: Is a directory", f"Ignoring unknown file {other}"]
+                   f"Could not read {tmp_path}: Is a directory", f"Ignoring unknown file {other}",
+                   "Snapshot is corrupt (CRC is no longer valid). Stored crc: 0. Computed crc: "
+                   f"{crc32c.crc32c(bytes(4))}"]
 
 
 # -- .txnindex and transaction markers --------------------------------------------------------------
