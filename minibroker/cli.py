@@ -203,7 +203,7 @@ def cmd_healthcheck(args) -> int:
     return 0
 
 
-def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
+def build_parser(console_tools: bool = True, client_config: bool = True) -> argparse.ArgumentParser:
     from minibroker import __version__
 
     ap = argparse.ArgumentParser(prog="minibroker", description="A single-node Kafka-compatible broker.")
@@ -247,12 +247,13 @@ def build_parser(console_tools: bool = True) -> argparse.ArgumentParser:
                         help="bound on the whole probe: connecting, the TLS handshake, SASL and the answer "
                              "(default 2)")
     health.add_argument("--quiet", action="store_true", help="print nothing when healthy")
-    from minibroker.tools.client_config import add_command_config_argument
-
-    add_command_config_argument(health)
     health.set_defaults(func=cmd_healthcheck)
 
-    if console_tools:  # ``serve`` skips them: their modules are startup time spent for nothing
+    if client_config:  # ``serve`` goes without the client config module: start-up spent for nothing
+        from minibroker.tools.client_config import add_command_config_argument
+
+        add_command_config_argument(health)
+    if console_tools:  # ``serve`` and ``healthcheck`` skip them, for the same reason
         add_console_tools(sub)
     return ap
 
@@ -276,7 +277,9 @@ def add_console_tools(sub) -> None:
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
     """argparse reports an unknown option with the usage of the parser that ran last, the top-level one:
     report it with the usage of the subcommand it was given to instead (``serve --bogus``)."""
-    parser = build_parser(console_tools=not (argv and argv[0] in ("serve", "healthcheck")))
+    command = argv[0] if argv else None
+    parser = build_parser(console_tools=command not in ("serve", "healthcheck"),
+                          client_config=command != "serve")
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         subcommand_parser(parser, argv).error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -20,8 +20,11 @@ Workloads (each repeated ``--reps`` times; median and spread reported):
 - fetch_clients: confluent-kafka's and kafka-python's consumers reading back 1 GiB;
 - latency: produce-to-consume p50/p99 at 10k records/s (confluent-kafka), three fresh brokers;
 - startup (process start to port accepting) and idle RSS, beside a bare Python and the event-loop
-  floor (Python, asyncio and the broker's loop serving one socket); RSS under load; broker CPU
-  seconds per million records (from /proc/PID/stat of the broker process);
+  floor (Python, asyncio and the broker's loop serving one socket), for a plaintext broker with default
+  config and, loaded, for one with a SASL_SSL listener after a transaction and a share group used it;
+  RSS under load; broker CPU seconds per million records (from /proc/PID/stat of the broker process);
+- first_use: another client's produce latency while the first transactional request and the first
+  share request load their subsystems (issue 28: loading mid-run must not stall other connections);
 - scaling: produce throughput and p99 latency for 1..64 partitions and 1..100 connections; fetch
   lookup time against log size;
 - hostile (not in --quick): 500 connections that each send a 100 MiB size prefix and stall, the
@@ -738,16 +741,83 @@ def _baseline_process(args: list[str], port: int) -> tuple[float, float]:
         p.wait()
 
 
+SASL_USER, SASL_PASSWORD = "bench", "bench-secret"
+
+
+def loaded_broker(opts, certs: dict) -> BrokerProcess:
+    """A broker with a SASL_SSL listener (PLAIN) beside its PLAINTEXT one: what the loaded figures use."""
+    b = BrokerProcess(loop=opts.loop)
+    sasl_port = free_port()
+    b.sasl_port = sasl_port
+    b.overrides.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SASL_SSL://127.0.0.1:{sasl_port}",
+        "ssl.keystore.location": certs["broker_keystore"],
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config":
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{SASL_USER}="{SASL_PASSWORD}";',
+        "group.share.heartbeat.interval.ms": "500",
+        "group.share.min.heartbeat.interval.ms": "500",
+    })
+    return b
+
+
+def use_transactions_and_a_share_group(b: BrokerProcess, certs: dict) -> None:
+    """Over the SASL_SSL listener: a transaction committed (confluent-kafka), then a share group reading
+    it back (confluent-kafka's ShareConsumer, when it has one)."""
+    import confluent_kafka as ck
+
+    secure = {"bootstrap.servers": f"127.0.0.1:{b.sasl_port}", "security.protocol": "SASL_SSL",
+              "ssl.ca.location": certs["ca"], "ssl.endpoint.identification.algorithm": "none",
+              "sasl.mechanism": "PLAIN", "sasl.username": SASL_USER, "sasl.password": SASL_PASSWORD}
+    create_topic(b.port, "loaded")
+    producer = ck.Producer({**secure, "transactional.id": "bench-loaded"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(100):
+        producer.produce("loaded", b"%d" % i)
+    producer.commit_transaction(30)
+    if not hasattr(ck, "ShareConsumer"):
+        return
+    from minibroker.tools.wire import WireClient
+
+    with WireClient("127.0.0.1", b.port) as wire:  # the share group reads from the earliest offset
+        wire.request(44, 1, {"resources": [{"resource_type": 32, "resource_name": "bench-share", "configs": [
+            {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+            "validate_only": False})
+    consumer = ck.ShareConsumer({**secure, "group.id": "bench-share"})
+    consumer.subscribe(["loaded"])
+    got, deadline = 0, time.monotonic() + 30
+    while got < 100 and time.monotonic() < deadline:
+        got += sum(1 for m in consumer.poll(timeout=0.5) if m.error() is None)
+    consumer.close()
+    if got < 100:
+        raise RuntimeError(f"the share group read {got} of 100 records")
+
+
 def bench_startup(opts) -> dict:
     """The broker's start-up and idle RSS beside two baselines started the same way, alternating:
     a bare Python that binds a port, and the event-loop floor (Python, asyncio and the broker's
-    loop serving one listening socket), which is what any asyncio broker starts from."""
+    loop serving one listening socket), which is what any asyncio broker starts from. Then the loaded
+    figures: a broker with a SASL_SSL listener, its start-up, and its RSS once a transaction was
+    committed and a share group read it back."""
     starts, rss, bare, floor, floor_rss = [], [], [], [], []
-    for _ in range(max(5, opts.reps)):
+    loaded_starts, loaded_rss = [], []
+    certs_dir = tempfile.mkdtemp(prefix="mb-bench-certs-")
+    from minibroker.tools.certs import generate_test_certs
+
+    certs = generate_test_certs(certs_dir)
+    for rep in range(max(5, opts.reps)):
         with BrokerProcess(loop=opts.loop) as b:
             starts.append(b.startup_s * 1000)
             time.sleep(0.3)
             rss.append(proc_rss_bytes(b.proc.pid) / 2**20)
+        if rep < 3:
+            with loaded_broker(opts, certs) as b:
+                loaded_starts.append(b.startup_s * 1000)
+                use_transactions_and_a_share_group(b, certs)
+                time.sleep(0.3)
+                loaded_rss.append(proc_rss_bytes(b.proc.pid) / 2**20)
         port = free_port()
         code = (
             "import socket,time;s=socket.socket();"
@@ -759,14 +829,99 @@ def bench_startup(opts) -> dict:
         ms, mb = _baseline_process(["-c", _LOOP_FLOOR, str(port), opts.loop], port)
         floor.append(ms)
         floor_rss.append(mb)
+    subprocess.run(["rm", "-rf", certs_dir])
     return {
         "startup_ms": stats(starts),
         "python_baseline_ms": stats(bare),
         "loop_floor_ms": stats(floor),
         "ratio_to_bare_python": statistics.median(starts) / statistics.median(bare),
+        "ratio_to_floor": statistics.median(starts) / statistics.median(floor),
         "idle_rss_MB": stats(rss),
         "loop_floor_rss_MB": stats(floor_rss),
+        "rss_over_floor_MB": statistics.median(rss) - statistics.median(floor_rss),
+        "loaded_startup_ms": stats(loaded_starts),
+        "loaded_ratio_to_floor": statistics.median(loaded_starts) / statistics.median(floor),
+        "loaded_rss_MB": stats(loaded_rss),
+        "loaded_rss_over_floor_MB": statistics.median(loaded_rss) - statistics.median(floor_rss),
     }
+
+
+def _import_cost_ms(module: str) -> float:
+    """Milliseconds to import ``module`` in a fresh interpreter that has imported what a running broker
+    has (the server, its storage and codec): what loading it on the event loop would hold every
+    connection for."""
+    code = ("import time, minibroker.server.broker, minibroker.storage, minibroker.services\n"
+            f"t = time.perf_counter(); import {module}; print((time.perf_counter() - t) * 1000)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=bench_env(), capture_output=True,
+                         text=True, check=True)
+    return float(out.stdout)
+
+
+def _produce_loop(port: int, batch: bytes, samples: list, stop: threading.Event) -> None:
+    """Produce ``batch`` to partition 0 of ``loop``, one request at a time, until ``stop``; appends
+    (start, seconds) of each request to ``samples``."""
+    from minibroker.tools.wire import WireClient
+
+    body = {"transactional_id": None, "acks": 1, "timeout_ms": 5000, "topic_data": [
+        {"name": "loop", "partition_data": [{"index": 0, "records": batch}]}]}
+    with WireClient("127.0.0.1", port, timeout=30) as c:
+        while not stop.is_set():
+            t = time.perf_counter()
+            c.request(0, 9, body)
+            samples.append((t, time.perf_counter() - t))
+
+
+def bench_first_use(opts) -> dict:
+    """Loading a subsystem mid-run: one client produces in a loop (1 record, acks=1, one request at a
+    time) while another sends the broker's first transactional request (InitProducerId with a
+    transactional id: the handler module, the transaction coordinator, __transaction_state created)
+    and then its first share request (ShareGroupHeartbeat: the share group coordinator). Reported: the
+    produce loop's latency (p50, p99, max) in quiet seconds before, and its worst latency while each
+    first request was being answered, beside that request's own time and the cost of its imports
+    measured apart (what importing on the event loop would have held every connection for)."""
+    from minibroker.tools.wire import WireClient
+
+    out: dict = {"transactional": {"request_ms": [], "worst_produce_ms": []},
+                 "share": {"request_ms": [], "worst_produce_ms": []}, "quiet": []}
+    batch = build_records(2, [(0, int(time.time() * 1000), None, b"x" * 100)])
+    for _ in range(opts.reps):
+        with BrokerProcess(loop=opts.loop) as b:
+            create_topic(b.port, "loop")
+            samples: list[tuple[float, float]] = []  # (start, latency) of each produce
+            stop = threading.Event()
+            worker = threading.Thread(target=_produce_loop, args=(b.port, batch, samples, stop))
+            worker.start()
+            time.sleep(1.5)  # the produce handler loads on the first request; then a quiet second
+            quiet_from = time.perf_counter() - 1.0
+            quiet = [lat for t, lat in samples if t >= quiet_from]
+            out["quiet"].extend(quiet)
+            with WireClient("127.0.0.1", b.port, timeout=30) as c:
+                for name, api_key, version, body in (
+                    ("transactional", 22, 4, {"transactional_id": "first-use", "producer_id": -1,
+                                              "transaction_timeout_ms": 60000, "producer_epoch": -1}),
+                    ("share", 76, 1, {"group_id": "first-use", "member_id": "m" * 22, "member_epoch": 0,
+                                      "rack_id": None, "subscribed_topic_names": ["loop"]}),
+                ):
+                    t0 = time.perf_counter()
+                    c.request(api_key, version, body)
+                    t1 = time.perf_counter()
+                    during = [lat for t, lat in samples if t0 - lat <= t <= t1] or [0.0]
+                    out[name]["request_ms"].append((t1 - t0) * 1000)
+                    out[name]["worst_produce_ms"].append(max(during) * 1000)
+                    time.sleep(0.5)
+            stop.set()
+            worker.join()
+    quiet_ms = sorted(lat * 1000 for lat in out.pop("quiet"))
+    result = {"quiet_produce_ms": {"p50": quiet_ms[len(quiet_ms) // 2],
+                                   "p99": quiet_ms[int(len(quiet_ms) * 0.99)], "max": quiet_ms[-1],
+                                   "n": len(quiet_ms)}}
+    imports = {"transactional": "minibroker.handlers.init_producer_id",
+               "share": "minibroker.handlers.share_group_heartbeat"}
+    for name, v in out.items():
+        result[name] = {"request_ms": stats(v["request_ms"]),
+                        "worst_produce_ms": stats(v["worst_produce_ms"]),
+                        "import_on_loop_would_hold_ms": _import_cost_ms(imports[name])}
+    return result
 
 
 def bench_fixture(opts) -> dict:
@@ -1345,6 +1500,7 @@ def bench_socket_buffers(opts) -> dict:
 # hypervisor's latency, not the broker's.
 WORKLOADS = {
     "startup": bench_startup,
+    "first_use": bench_first_use,
     "fixture": bench_fixture,
     "latency": bench_latency,
     "produce_raw": bench_produce_raw,
@@ -1453,21 +1609,36 @@ def markdown(results: dict, opts) -> str:
         )
     if "startup" in r:
         v = r["startup"]
+        floor_ms = f"event-loop floor {v['loop_floor_ms']['median']:.0f} ms"
+        floor_mb = f"event-loop floor {v['loop_floor_rss_MB']['median']:.1f} MB"
         row(
-            "startup, process start to accepting",
+            "startup, plaintext, default config: process start to accepting",
             f"{v['startup_ms']['median']:.0f} ms ({v['startup_ms']['min']:.0f}-{v['startup_ms']['max']:.0f})",
-            f"bare python listen {v['python_baseline_ms']['median']:.0f} ms"
-            + (f"; event-loop floor {v['loop_floor_ms']['median']:.0f} ms" if "loop_floor_ms" in v else ""),
-            f"{v['ratio_to_bare_python']:.2f}",
-            "<= 100 ms",
+            f"{floor_ms}; bare python listen {v['python_baseline_ms']['median']:.0f} ms",
+            f"{v['ratio_to_floor']:.2f}x floor",
+            "<= 1.25x floor",
         )
-        row(
-            "idle RSS",
-            f"{v['idle_rss_MB']['median']:.1f} MB",
-            f"event-loop floor {v['loop_floor_rss_MB']['median']:.1f} MB" if "loop_floor_rss_MB" in v else "",
-            "",
-            "<= 25 MB",
-        )
+        row("idle RSS, plaintext, default config", f"{v['idle_rss_MB']['median']:.1f} MB", floor_mb,
+            f"+{v['rss_over_floor_MB']:.1f} MB", "<= floor + 2 MB")
+        row("startup, with a SASL_SSL listener",
+            f"{v['loaded_startup_ms']['median']:.0f} ms ({v['loaded_startup_ms']['min']:.0f}-"
+            f"{v['loaded_startup_ms']['max']:.0f})", floor_ms, f"{v['loaded_ratio_to_floor']:.2f}x floor",
+            "reported")
+        row("RSS, SASL_SSL listener, a transaction committed and a share group consumed over it",
+            f"{v['loaded_rss_MB']['median']:.1f} MB", floor_mb, f"+{v['loaded_rss_over_floor_MB']:.1f} MB",
+            "reported")
+    if "first_use" in r:
+        v = r["first_use"]
+        q = v["quiet_produce_ms"]
+        for name, what in (("transactional", "first transactional request (InitProducerId)"),
+                           ("share", "first share request (ShareGroupHeartbeat)")):
+            w = v[name]
+            row(f"another client's produce latency while the {what} loads its subsystem",
+                f"worst {w['worst_produce_ms']['median']:.1f} ms (of {w['worst_produce_ms']['n']} runs: "
+                f"{w['worst_produce_ms']['min']:.1f}-{w['worst_produce_ms']['max']:.1f})",
+                f"quiet p50 {q['p50']:.2f} ms, p99 {q['p99']:.2f} ms, max {q['max']:.1f} ms",
+                f"the request itself {w['request_ms']['median']:.0f} ms; its imports on the loop would "
+                f"hold {w['import_on_loop_would_hold_ms']:.0f} ms", "no stall beyond quiet max")
     if "fixture" in r:
         v = r["fixture"]
         row(
@@ -1665,7 +1836,7 @@ def main(argv=None) -> int:
         opts.only.split(",")
         if opts.only
         else (
-            ["startup", "fixture", "latency", "produce_raw", "fetch_raw", "produce_kcat"]
+            ["startup", "first_use", "fixture", "latency", "produce_raw", "fetch_raw", "produce_kcat"]
             if opts.quick
             else list(WORKLOADS)
         )
@@ -1673,7 +1844,7 @@ def main(argv=None) -> int:
     results = {}
     warmed = False
     for name in names:
-        if name not in ("startup", "fixture", "latency") and not warmed:  # see WORKLOADS for the order
+        if name not in ("startup", "first_use", "fixture", "latency") and not warmed:  # see WORKLOADS
             warm_page_cache(opts)
             warmed = True
         t0 = time.perf_counter()

@@ -301,10 +301,12 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
             state = self._share_state()
             for topic_id, partition in self._state_partitions(gid):
                 state.delete(gid, topic_id, partition)
-        partitions = getattr(self.broker, "share_partitions", None)
+        # only those built (minibroker/services/__init__.py builds them on first use): one never built
+        # holds nothing of the group
+        partitions = vars(self.broker).get("share_partitions")
         if partitions is not None:
             partitions.forget(gid)
-        sessions = getattr(self.broker, "share_sessions", None)
+        sessions = vars(self.broker).get("share_sessions")
         if sessions is not None:  # an Empty group's members may still hold share sessions
             sessions.forget_group(gid)
         entries = []
@@ -321,8 +323,8 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
     def topic_deleted(self, topic_id: bytes) -> None:
         """A topic was deleted: every group's share state of it goes (as Kafka's share coordinator
         does), and the share partitions forget it."""
-        state = getattr(self.broker, "share_state", None)
-        partitions = getattr(self.broker, "share_partitions", None)
+        state = vars(self.broker).get("share_state")  # only if built: one never built holds nothing
+        partitions = vars(self.broker).get("share_partitions")
         for group_id in list(self.groups):
             if state is not None and getattr(state, "loaded", True):
                 for tid, partition in state.partitions(group_id):
@@ -422,7 +424,7 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
         return E.NONE
 
     def forget(self, group_id: str, topic_ids: set[bytes]) -> None:
-        partitions = getattr(self.broker, "share_partitions", None)
+        partitions = vars(self.broker).get("share_partitions")  # only if built
         if partitions is not None and topic_ids:
             partitions.forget(group_id, topic_ids)
 

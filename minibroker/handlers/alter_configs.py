@@ -121,6 +121,7 @@ def refresh_topic_configs(broker) -> None:
                 logs.get_log(name, partition).update_config(effective)
             except KafkaError:
                 continue
+    logs.start_cleaner_if_compacted()  # a default log.cleanup.policy=compact compacts every topic
 
 
 def set_topic_overrides(broker, name: str, overrides: dict[str, str], validate_only: bool) -> None:

@@ -1,10 +1,11 @@
 """ApiVersions: v0-v4.
 
-Behaviour: lists exactly the APIs and version ranges that have handlers (the registry).
+Behaviour: lists exactly the APIs and version ranges that have handlers, from the registry's static
+``SERVED`` table (the handler modules themselves load on their first request).
 v3+ adds supported and finalized features (KIP-584) as a one-node Kafka 4.3 cluster reports them
 (``minibroker/services/features.py``: metadata.version 4.3-IV0, kraft.version 1, ...), narrowed to the levels
-whose behaviour is served here: a feature level that needs APIs is reported only while their handlers
-are registered at the versions it needs (``transaction.version`` 2, KIP-890 part 2, needs EndTxn v5;
+whose behaviour is served here: a feature level that needs APIs is reported only while they are
+served at the versions it needs (``transaction.version`` 2, KIP-890 part 2, needs EndTxn v5;
 ``group.version`` 1 ConsumerGroupHeartbeat; ``share.version`` 1 ShareGroupHeartbeat;
 ``streams.version`` 1 StreamsGroupHeartbeat), so that clients switching protocols on a finalized
 level never pick one that is not served. A feature served at no level beyond 0 is left out of both
@@ -16,7 +17,7 @@ error 35 and a v0-format body listing ApiVersions' own range, so every client ca
 
 from __future__ import annotations
 
-from minibroker.handlers.registry import HANDLERS, handles, served_versions
+from minibroker.handlers.registry import SERVED, handles, served_versions
 from minibroker.protocol.codec import Struct
 from minibroker.services.features import FINALIZED_FEATURES_EPOCH, FeatureLevel, advertised_features
 
@@ -38,8 +39,8 @@ def served_level(name: str, highest: int) -> int:
     for candidate in range(1, highest + 1):
         need = needs.get(candidate)
         if need is not None:
-            handler = HANDLERS.get(need[0])
-            if handler is None or handler.max_version < need[1]:
+            row = SERVED.get(need[0])
+            if row is None or row.max_version < need[1]:
                 break
         level = candidate
     return level
@@ -72,9 +73,9 @@ def api_versions_body(error_code: int = 0) -> Struct:
 
 def unsupported_version_body() -> Struct:
     """The v0-shaped error body: error 35 and ApiVersions' own range."""
-    h = HANDLERS[API_KEY]
-    return Struct(error_code=35, api_keys=[Struct(api_key=API_KEY, min_version=h.min_version,
-                                                   max_version=h.max_version)])
+    row = SERVED[API_KEY]
+    return Struct(error_code=35, api_keys=[Struct(api_key=API_KEY, min_version=row.min_version,
+                                                   max_version=row.max_version)])
 
 
 @handles(API_KEY, (0, 4))

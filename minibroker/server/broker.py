@@ -18,10 +18,16 @@ from typing import NamedTuple
 
 from minibroker.server.connection import KafkaConnection
 from minibroker.server.metrics import Metrics, StartupProgress
-from minibroker.server.metrics_http import start_metrics_http
 from minibroker.server.sockets import Listener, SocketServer, listen_socket
 
 log = logging.getLogger("minibroker.broker")
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class ListenerBindError(OSError):
@@ -48,15 +54,11 @@ class Broker:
         self.metrics = Metrics()
         self.connections: set[KafkaConnection] = set()
         self.logs = None  # LogManager, set in start()
-        self.groups = None  # group coordinator
-        self.transactions = None  # transaction coordinator
-        self.replicas = None  # ReplicaManager: appends, reads, producer state
-        self.producer_ids = None
-        self.fetch_sessions = None
-        self.share_partitions = None  # coordinator.share_partition_manager.SharePartitionManager (KIP-932)
-        self.share_sessions = None  # minibroker.services.share_sessions.ShareSessionCache (KIP-932)
-        self.client_quotas = None  # minibroker.services.quotas.ClientQuotas, loaded in start_services
-        self.authorizer = None  # security.authorizer.Authorizer when authorizer.class.name is set
+        # Built on first use by __getattr__ (minibroker/services/__init__.py, LAZY_SERVICES): replicas
+        # (the ReplicaManager: appends, reads, producer state), fetch_sessions, groups (the group
+        # coordinator), transactions, producer_ids, share_state, share_partitions,
+        # share_sessions (KIP-932), client_quotas, authorizer (None unless authorizer.class.name is
+        # set), scram_credentials, sasl_listeners.
         self.bound: list[Endpoint] = []
         self.advertised: list[Endpoint] = []
         self.socket_server: SocketServer | None = None  # accepting, connection quotas, idle expiry
@@ -66,7 +68,32 @@ class Broker:
         self.started_at = 0.0
         self.ready = asyncio.Event()
         self._close_hooks: list = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics_http = None  # MetricsHttpServer (minibroker/server/metrics_http.py)
+
+    def __getattr__(self, name: str):
+        """A lazy service (minibroker/services/__init__.py) read for the first time: build it now, on
+        the event loop, and keep it as a plain attribute (later reads never come here)."""
+        from minibroker.services import LAZY_SERVICES
+
+        build = LAZY_SERVICES.get(name)
+        if build is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        loop = self.__dict__.get("_loop")
+        if loop is not None and not loop.is_closed() and _running_loop() is not loop:
+            # read from another thread (a test beside a thread-mode broker): built on the broker's loop
+            async def build_there():
+                return getattr(self, name)
+
+            return asyncio.run_coroutine_threadsafe(build_there(), loop).result(30)
+        service = build(self)
+        setattr(self, name, service)
+        log.debug("%s loaded on first use", name)
+        return service
+
+    def loaded(self, name: str) -> bool:
+        """Whether the lazy service ``name`` is built (reading the attribute would build it)."""
+        return name in vars(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -76,18 +103,15 @@ class Broker:
         recover the logs, then accept. A second broker on the same dirs, or a port in use, stops here
         with nothing written."""
         t0 = time.perf_counter()
-        from minibroker.handlers import load_handlers
+        self._loop = asyncio.get_running_loop()  # where lazy services are built (__getattr__)
         from minibroker.storage import LogManager
         from minibroker.storage.log_manager import LogDirConflictError
 
-        load_handlers()
         if self.config.source_of("log.message.format.version") != "default":
             from minibroker.config.message_format import deprecation_warning
 
             log.warning("%s", deprecation_warning("log.message.format.version",
                                                   self.config["log.message.format.version"]))
-        from minibroker.security.tls import TlsConfigError, is_tls_key, listener_tls
-
         # Dynamic configs first (a read, nothing written): TLS keys altered at run time apply to the
         # contexts built next, and topic configs inherit from them when the logs load.
         readable = self.load_dynamic_configs()
@@ -95,16 +119,7 @@ class Broker:
 
         # in memory here; saved once the dirs are locked, unless that would overwrite an unreadable file
         elr_min_isr_change = ensure_elr_min_isr(self.config)
-        # Key stores and trust stores are read next: a bad one (TlsConfigError, naming the key and the
-        # file) stops start-up before anything is locked, bound or loaded.
-        try:
-            tls_by_listener = listener_tls(self.config)
-        except TlsConfigError as exc:
-            if not any(is_tls_key(k) for k in self.config.dynamic_values()):
-                raise
-            path = os.path.join(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE)
-            raise TlsConfigError(f"{exc}; the dynamic broker configs are kept in {path} (AlterConfigs can "
-                                 "change them only while the broker runs)") from None
+        tls_by_listener = self._listener_tls()
         log_dirs = self.config.log_dirs
         self.logs = LogManager(log_dirs, self.config, self.node_id)
         try:
@@ -145,6 +160,8 @@ class Broker:
             self.advertised = self._advertised_endpoints()
             if metrics_sock is not None:
                 sock, metrics_sock = metrics_sock, None
+                from minibroker.server.metrics_http import start_metrics_http  # only with metrics.port
+
                 self.metrics_http = await start_metrics_http(self, metrics_host, sock)
         except BaseException:
             for sock in [s for _, _, s in listening] + [metrics_sock]:
@@ -163,6 +180,24 @@ class Broker:
                  ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in self.bound),
                  ", ".join(f"{e.listener}://{e.host}:{e.port}" for e in self.advertised),
                  ", ".join(log_dirs), (time.perf_counter() - t0) * 1000)
+
+    def _listener_tls(self) -> dict:
+        """Each SSL and SASL_SSL listener's TLS settings (minibroker/security/tls.py, imported only when
+        there is one). Key stores and trust stores are read here: a bad one (TlsConfigError, naming the
+        key and the file) stops start-up before anything is locked, bound or loaded."""
+        protocols = self.config.security_protocol_map()
+        if not any(protocols.get(name, "").endswith("SSL") for name, *_ in self.config.listener_endpoints()):
+            return {}
+        from minibroker.security.tls import TlsConfigError, is_tls_key, listener_tls
+
+        try:
+            return listener_tls(self.config)
+        except TlsConfigError as exc:
+            if not any(is_tls_key(k) for k in self.config.dynamic_values()):
+                raise
+            path = os.path.join(self.config.data_dir, self.DYNAMIC_CONFIGS_FILE)
+            raise TlsConfigError(f"{exc}; the dynamic broker configs are kept in {path} (AlterConfigs can "
+                                 "change them only while the broker runs)") from None
 
     def _setting(self, key: str) -> str:
         """``setting listeners (from --override)``: which config key, and where it was set."""
@@ -250,7 +285,7 @@ class Broker:
         return create_topic(self, name, partitions, replication_factor, configs)
 
     def _start_services(self) -> None:
-        """Coordinators and caches beside the log; each module is optional until it exists."""
+        """Caches beside the log, and the coordinators whose state exists (the rest load on first use)."""
         from minibroker.services import start_services
 
         start_services(self)
@@ -320,9 +355,9 @@ class Broker:
             self.socket_server.release(conn)
         if self._all_closed is not None and not self.connections:
             self._all_closed.set()
-        if self.fetch_sessions is not None:
+        if self.loaded("fetch_sessions"):
             self.fetch_sessions.connection_closed(conn)
-        if self.share_sessions is not None:  # its sessions end and their members' records are released
+        if self.loaded("share_sessions"):  # its sessions end and their members' records are released
             self.share_sessions.connection_closed(conn)
 
     # -- facts handlers ask for -----------------------------------------------------------------

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib
 import logging
 import os
 import struct
@@ -47,7 +48,7 @@ import time
 
 from minibroker.errors import ProtocolViolation
 from minibroker.handlers.api_versions import unsupported_version_body
-from minibroker.handlers.registry import HANDLERS, CloseConnection
+from minibroker.handlers.registry import HANDLERS, SERVED, CloseConnection, handler_module
 from minibroker.protocol import codec
 from minibroker.protocol.file_region import FileRegion
 from minibroker.security.principal import ANONYMOUS
@@ -436,13 +437,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         api_key, version = header.api_key, header.api_version
         if sasl is not None and (refused := sasl.refusal(api_key)) is not None:  # not authenticated (yet)
             return self._violation(refused)
-        handler = HANDLERS.get(api_key)
-        if handler is None:
+        served = SERVED.get(api_key)
+        if served is None:
             return self._violation(f"unknown or unserved API key {api_key}")
-        if not handler.min_version <= version <= handler.max_version:
+        if not served.min_version <= version <= served.max_version:
             if api_key == API_VERSIONS:
                 return self._respond(header, 0, unsupported_version_body(), started)
-            return self._violation(f"{handler.name} v{version} is not served")
+            return self._violation(f"{codec.API_NAMES[api_key]} v{version} is not served")
+        handler = HANDLERS.get(api_key)
+        if handler is None:  # the API's first request: its module is not imported yet
+            return self._import_then_handle(bytes(frame), handler_module(api_key))
         try:
             # Trailing bytes are tolerated, as Kafka does: librdkafka's "all topics" Metadata v12
             # request carries three bytes after its tag buffer.
@@ -464,6 +468,29 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._respond(header, version, result, started)
             if sasl is not None and sasl.failed:  # the failed SASL exchange is answered, then closed
                 self._close_after_failed_authentication()
+
+    def _import_then_handle(self, frame: bytes, module: str) -> None:
+        """Import a handler module in a worker thread, then handle ``frame`` (copied: the read buffer
+        moves on). Other connections keep being served meanwhile: the import holds the event loop
+        for at most the interpreter's switch interval at a time (docs/architecture.md, "Lazy
+        loading"). This connection's later requests wait, in order, as behind an async handler."""
+        self._busy = True
+        self._task = asyncio.ensure_future(self._handle_after_import(frame, module))
+
+    async def _handle_after_import(self, frame: bytes, module: str) -> None:
+        try:
+            await asyncio.to_thread(importlib.import_module, module)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("importing %s failed; closing %s", module, self.peer)
+            self.close()
+            return
+        if self._closed:
+            return
+        self._busy = False
+        self._handle_frame(frame)
+        self._pump()
 
     async def _finish_async(self, header, awaitable, started) -> None:
         try:

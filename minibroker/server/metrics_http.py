@@ -94,13 +94,23 @@ class MetricsHttpServer:
         return "404 Not Found", b"not found\n", "text/plain"
 
 
+class _NoCleanerStats:
+    """The cleaner's counters before there is a cleaner (storage/cleaner.py's CleanerStats, all zero)."""
+
+    runs = bytes_read = bytes_written = records_removed = aborted_swaps = 0
+
+
+_NO_CLEANER_STATS = _NoCleanerStats()
+
+
 def render_cleaner(broker) -> str:
     """The log cleaner's series (storage/cleaner.py, ``LogCleaner.stats``): passes, bytes, records
-    removed, and the dirty ratio of each log it may compact. Empty before the logs are loaded."""
-    cleaner = getattr(broker.logs, "cleaner", None) if broker.logs is not None else None
-    if cleaner is None:
+    removed, and the dirty ratio of each log it may compact. Empty before the logs are loaded; zeros
+    while no topic is compacted (the cleaner is made with the first one)."""
+    if broker.logs is None:
         return ""
-    stats = cleaner.stats
+    cleaner = broker.logs.cleaner
+    stats = cleaner.stats if cleaner is not None else _NO_CLEANER_STATS
     out: list[str] = []
     _Series(out, "minibroker_log_cleaner_runs_total", "counter",
             "Cleaning passes started (one pass cleans one log).").sample(stats.runs)
@@ -118,7 +128,7 @@ def render_cleaner(broker) -> str:
     ratio = _Series(out, "minibroker_log_cleaner_dirty_ratio", "gauge",
                     "Bytes not yet cleaned over the cleanable bytes of a compacted log (the active segment "
                     "excluded); cleaned when it reaches min.cleanable.dirty.ratio.")
-    for (topic, partition), value in sorted(cleaner.dirty_ratios().items()):
+    for (topic, partition), value in sorted(cleaner.dirty_ratios().items() if cleaner is not None else ()):
         ratio.sample(float(value), topic=topic, partition=partition)
     return "\n".join(out) + "\n"
 

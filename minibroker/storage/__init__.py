@@ -1,10 +1,24 @@
 """Storage engine: segmented partition logs in Apache Kafka's on-disk layout (see docs/storage.md)."""
 
-from minibroker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
-from minibroker.storage.log_manager import TOPICS_FILE, LogManager, TopicInfo
-from minibroker.storage.partition_log import FetchSlice, PartitionLog
-from minibroker.storage.segment import LogSegment, SegmentFile
-from minibroker.storage.topic_config import effective_topic_config
+import importlib
+
+# name -> the module that defines it; imported on first access (PEP 562), so that a broker's start-up
+# (which needs only the log manager) does not load the segment code before a partition exists
+_EXPORTS = {
+    "CorruptIndexError": "index", "OffsetIndex": "index", "TimeIndex": "index",
+    "TOPICS_FILE": "log_manager", "LogManager": "log_manager", "TopicInfo": "log_manager",
+    "FetchSlice": "partition_log", "PartitionLog": "partition_log",
+    "LogSegment": "segment", "SegmentFile": "segment",
+    "effective_topic_config": "topic_config",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "CorruptIndexError", "FetchSlice", "LogManager", "LogSegment", "OffsetIndex", "PartitionLog",

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from minibroker.storage import checkpoints as ckpt
-from minibroker.storage.segment_swap import SEGMENT_SUFFIXES
 
 __all__ = [
     "FUTURE_SUFFIX", "DELETE_SUFFIX", "MOVED_FROM_FILE", "MOVE_STEPS", "MOVE_CRASH_AT_ENV", "MoveCopy",
@@ -116,6 +115,8 @@ class _Copied:
 
 
 def _segment_base(name: str) -> int | None:
+    from minibroker.storage.segment_swap import SEGMENT_SUFFIXES  # the segment code: with the first move
+
     stem, ext = os.path.splitext(name)
     if ext in SEGMENT_SUFFIXES and len(stem) == 20 and stem.isdigit():
         return int(stem)

@@ -10,7 +10,9 @@ Owner: the event loop thread. ``start_retention`` runs one background task that 
 ``flush.ms``, fsyncs sealed segments in a worker thread, applies retention every
 ``log.retention.check.interval.ms`` and writes checkpoints every
 ``log.flush.offset.checkpoint.interval.ms``; it also starts the ``LogCleaner`` (storage/cleaner.py) of
-compacted logs, which keeps ``cleaner-offset-checkpoint`` at each log dir root.
+compacted logs, which keeps ``cleaner-offset-checkpoint`` at each log dir root. The cleaner is made when
+the first compacted topic exists (at load, creation or a config change), so a broker without one never
+imports it.
 
 Several log dirs (JBOD): each locked, with its own ``meta.properties`` (one cluster and node id, else
 start-up is refused) and checkpoints; a new partition goes to the online dir holding the fewest; a
@@ -31,16 +33,17 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import checkpoints as ckpt
 from minibroker.storage import log_dir_move as mv
 from minibroker.storage.dir_lock import LogDirLock
-from minibroker.storage.partition_log import PartitionLog
-from minibroker.storage.producer_state import snapshot_path
 from minibroker.storage.topic_config import broker_setting, effective_topic_config
+
+if TYPE_CHECKING:  # imported with the first partition (_partition_log): a broker with none never needs it
+    from minibroker.storage.partition_log import PartitionLog
 
 __all__ = ["LogDirConflictError", "LogManager", "TopicInfo", "TOPICS_FILE"]
 
@@ -99,7 +102,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
         self._task: asyncio.Task | None = None
-        self.cleaner = None  # LogCleaner, made by load(), run by start_retention()
+        self.cleaner = None  # LogCleaner, made with the first compacted topic, run by start_retention()
         self._loaded = False
         self._locks: list[LogDirLock] = []
         self.had_clean_shutdown = False
@@ -252,9 +255,7 @@ class LogManager:
                 except OSError as exc:
                     self.dir_failed(d, exc, "removing the clean-shutdown marker")
         self._loaded = True
-        from minibroker.storage.cleaner import LogCleaner  # imports partition_log, as this module does
-
-        self.cleaner = LogCleaner(self, self.config, clock=self._clock)
+        self.start_cleaner_if_compacted()
         log.info(
             "loaded %d partitions of %d topics from %s in %.3f s (%s shutdown)",
             len(self._logs),
@@ -317,11 +318,11 @@ class LogManager:
         config = self.effective_config(topic)
         if d not in self.offline_dirs:
             try:
-                return PartitionLog.open(full, topic, partition, info.id, config, **kwargs)
+                return _partition_log().open(full, topic, partition, info.id, config, **kwargs)
             except OSError as exc:
                 self.dir_failed(d, exc, f"opening {topic}-{partition}")
         try:
-            plog = PartitionLog.open(full, topic, partition, info.id, config, read_only=True, **kwargs)
+            plog = _partition_log().open(full, topic, partition, info.id, config, read_only=True, **kwargs)
         except OSError as exc:
             log.error("partition %s-%d is not served: %s cannot be read: %s", topic, partition, full, exc)
             return None
@@ -698,6 +699,21 @@ class LogManager:
         for callback in listeners:
             plog.add_append_listener(callback)
 
+    def start_cleaner_if_compacted(self, topics: Iterable[str] | None = None) -> None:
+        """Make the log cleaner (and run it, if the upkeep runs) once one of ``topics`` (default: all)
+        is compacted; the topic changes that can make one call this."""
+        if self.cleaner is not None or not self._loaded:
+            return
+        if not any("compact" in str(self.effective_config(t).get("cleanup.policy", ""))
+                   for t in (self._topics if topics is None else topics)):
+            return
+        from minibroker.storage.cleaner import LogCleaner  # imports partition_log, as this module does
+
+        self.cleaner = LogCleaner(self, self.config, clock=self._clock)
+        log.debug("log cleaner made: a compacted topic exists")
+        if self._task is not None:
+            self.cleaner.start()  # log.cleaner.enable=false: not started
+
     def default_topic_config(self) -> dict[str, Any]:
         return effective_topic_config(self.config)
 
@@ -750,6 +766,7 @@ class LogManager:
             self._try_write_topics_file()
             raise
         self.write_checkpoints()
+        self.start_cleaner_if_compacted([name])
         return info
 
     def add_partitions(self, name: str, new_total: int) -> TopicInfo:
@@ -820,6 +837,7 @@ class LogManager:
         effective = self.effective_config(name)
         for partition in range(info.partitions):
             self._logs[(name, partition)].update_config(effective)
+        self.start_cleaner_if_compacted([name])
         return info
 
     def _topic(self, name: str) -> TopicInfo:
@@ -846,7 +864,7 @@ class LogManager:
         full = os.path.join(d, f"{topic}-{partition}")
         try:
             config = self.effective_config(topic)
-            plog = PartitionLog.create(full, topic, partition, info.id, config, clock=self._clock)
+            plog = _partition_log().create(full, topic, partition, info.id, config, clock=self._clock)
         except OSError as exc:
             self.dir_failed(d, exc, f"creating {topic}-{partition}")
             _rmtree(full)
@@ -916,6 +934,8 @@ class LogManager:
         files = [seg.file for _, segs in work for seg in segs if seg.file is not None]
         dirs = [plog.directory for plog, _ in work]
         # the producer snapshot each roll wrote unsynced, named after the segment that followed
+        from minibroker.storage.producer_state import snapshot_path  # with the partitions that have some
+
         snapshots = [snapshot_path(plog.directory, seg.next_offset) for plog, segs in work for seg in segs]
         failed = await asyncio.to_thread(_fsync_files, files, dirs, snapshots)
         for plog, segs in work:
@@ -1072,6 +1092,12 @@ def _fsync_files(files, dirs=(), paths=()) -> dict:
         except OSError as exc:
             failed[d] = exc
     return failed
+
+
+def _partition_log() -> type[PartitionLog]:
+    from minibroker.storage.partition_log import PartitionLog
+
+    return PartitionLog
 
 
 def _read_moved_from(partition_dir: str) -> tuple[str, tuple[int, int]] | None:

@@ -217,8 +217,8 @@ def test_an_open_transaction_bounds_the_cleaning(tmp_path):
 def test_a_small_offset_map_cleans_in_several_passes(tmp_path):
     manager = _manager(tmp_path, **{"log.cleaner.dedupe.buffer.size": 24 * 10,
                                     "log.cleaner.io.buffer.load.factor": 1.0})
-    assert manager.cleaner.settings.dedupe_buffer_size == 240
     plog = _topic(manager, segment_bytes=100_000)
+    assert manager.cleaner.settings.dedupe_buffer_size == 240
     written = []
     for round_ in range(3):
         for k in range(35):
@@ -384,8 +384,8 @@ def test_recovery_completes_a_swap_whose_old_segments_were_not_yet_renamed(tmp_p
 
 def _compacted(tmp_path, worker="process"):
     manager = _manager(tmp_path)
-    manager.cleaner.worker_kind = worker
     plog = _topic(manager, segment_bytes=600)
+    manager.cleaner.worker_kind = worker  # made with the first compacted topic
     written = _fill(plog)
     plog.roll()
     return manager, plog, written
@@ -615,8 +615,8 @@ def test_the_swaps_file_work_runs_off_the_loop_and_the_list_changes_on_it(tmp_pa
     import threading
 
     manager = _manager(tmp_path)
-    manager.cleaner.worker_kind = "thread"
     plog = _topic(manager, segment_bytes=600, file_delete_delay_ms=1)
+    manager.cleaner.worker_kind = "thread"  # made with the first compacted topic
     written = _fill(plog)
     plog.roll()
     cleaner = manager.cleaner

@@ -1,0 +1,266 @@
+"""Lazy subsystems (issue 28): a broker imports only what its configuration and its clients use.
+
+Each broker here runs in a fresh interpreter (a subprocess), so ``sys.modules`` shows what that broker
+imported and nothing a test imported. The child prints its port, then answers every line it reads on
+stdin with the modules and lazy services loaded so far; real clients (confluent-kafka, kafka-python,
+the project's wire client) drive it in between. Timing (how long a first use holds other
+connections) is measured in scripts/bench.py, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from minibroker.handlers.registry import HANDLERS, SERVED, load_handlers
+from minibroker.tools.wire import WireClient
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD = r"""
+import asyncio, json, sys
+from minibroker.config import load_config
+from minibroker.server.broker import Broker
+from minibroker.services import loaded_services
+
+async def main():
+    config = load_config(None, sys.argv[1:], {})
+    broker = Broker(config)
+    await broker.start()
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+
+    def answer():
+        if not sys.stdin.readline():
+            done.set()
+            return
+        modules = sorted(m for m in sys.modules if m.startswith("minibroker") or m.split(".")[0] in
+                         ("ssl", "crc32c", "email", "importlib", "hashlib", "lz4", "zstandard", "snappy"))
+        cleaner = broker.logs.cleaner
+        print(json.dumps({"modules": modules, "services": loaded_services(broker),
+                          "cleaner_running": cleaner is not None and cleaner._task is not None}), flush=True)
+
+    loop.add_reader(sys.stdin.fileno(), answer)
+    print(broker.bound[0].port, flush=True)
+    await done.wait()
+    await broker.stop()
+
+asyncio.run(main())
+"""
+
+# What a plaintext broker with default config must not have imported after start-up.
+LAZY_MODULES = (
+    "minibroker.coordinator",  # every coordinator: groups, transactions, share groups, producer ids
+    "minibroker.security.sasl.authenticator", "minibroker.security.sasl.scram",
+    "minibroker.security.sasl.plain", "minibroker.security.sasl.oauthbearer",
+    "minibroker.security.scram_credentials", "minibroker.security.tls", "minibroker.security.authorizer",
+    "minibroker.storage.cleaner",
+    "minibroker.services.replica_manager", "minibroker.services.share_sessions",
+    "minibroker.records.v2", "minibroker.records.codecs", "minibroker.tools",
+    "crc32c", "email", "importlib.metadata", "hashlib", "lz4", "zstandard", "snappy",
+)
+
+
+class ChildBroker:
+    """A broker in a fresh interpreter; ``overrides`` are ``key=value`` settings."""
+
+    def __init__(self, data_dir, overrides: tuple[str, ...]):
+        self.data_dir = data_dir
+        self.overrides = overrides
+        self.proc = None
+
+    def start(self) -> ChildBroker:
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        args = [f"log.dirs={self.data_dir}", "listeners=PLAINTEXT://127.0.0.1:0",
+                "group.initial.rebalance.delay.ms=0", *self.overrides]
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        line = self.proc.stdout.readline()
+        assert line.strip().isdigit(), f"the broker did not start: {line!r}"
+        self.port = int(line)
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def probe(self) -> dict:
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc.stdout.close()
+            self.proc = None
+
+
+@pytest.fixture
+def child(tmp_path):
+    started: list[ChildBroker] = []
+
+    def start(*overrides: str, data_dir=None) -> ChildBroker:
+        data_dir = data_dir or tmp_path / f"data-{uuid.uuid4().hex[:8]}"
+        broker = ChildBroker(data_dir, overrides).start()
+        started.append(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        broker.stop()
+
+
+def _loaded(probe: dict, prefix: str) -> list[str]:
+    return [m for m in probe["modules"] if m == prefix or m.startswith(prefix + ".")]
+
+
+def test_a_plain_broker_imports_no_lazy_subsystem(child):
+    broker = child()
+    probe = broker.probe()
+    assert [m for prefix in LAZY_MODULES for m in _loaded(probe, prefix)] == []
+    handler_modules = {m for m in probe["modules"] if m.startswith("minibroker.handlers.")}
+    assert handler_modules == {"minibroker.handlers.registry", "minibroker.handlers.api_versions"}
+    assert set(probe["services"]) == {"authorizer", "client_quotas"}  # None and the (empty) quotas
+    assert not probe["cleaner_running"]
+
+
+def test_api_versions_advertises_every_served_key_without_importing_a_handler(child):
+    broker = child()
+    with WireClient("127.0.0.1", broker.port) as wire:
+        answer = wire.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+    assert answer.error_code == 0
+    assert [(k.api_key, k.min_version, k.max_version) for k in answer.api_keys] == [
+        (key, row.min_version, row.max_version) for key, row in sorted(SERVED.items()) if row.advertised]
+    assert {f.name for f in answer.supported_features} >= {"transaction.version", "group.version",
+                                                          "share.version"}
+    handler_modules = {m for m in broker.probe()["modules"] if m.startswith("minibroker.handlers.")}
+    assert handler_modules == {"minibroker.handlers.registry", "minibroker.handlers.api_versions"}
+
+
+def test_the_static_table_is_what_the_handler_modules_serve():
+    load_handlers()
+    assert {key: (h.fn.__module__, h.min_version, h.max_version, h.advertised)
+            for key, h in HANDLERS.items()} == {
+        key: ("minibroker.handlers." + row.module, row.min_version, row.max_version, row.advertised)
+        for key, row in SERVED.items()}
+
+
+def test_produce_and_fetch_load_their_handlers_on_first_use(child):
+    kafka = pytest.importorskip("kafka")
+    broker = child()
+    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap)
+    producer.send("first-use", b"hello").get(timeout=10)
+    producer.close()
+    consumer = kafka.KafkaConsumer("first-use", bootstrap_servers=broker.bootstrap,
+                                   auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    assert [m.value for m in consumer] == [b"hello"]
+    consumer.close()
+    probe = broker.probe()
+    assert {"minibroker.handlers.produce", "minibroker.handlers.fetch",
+            "minibroker.handlers.metadata"} <= set(probe["modules"])
+    assert "replicas" in probe["services"]
+    assert "transactions" not in probe["services"] and _loaded(probe, "minibroker.storage.cleaner") == []
+
+
+def test_the_transaction_coordinator_loads_on_the_first_transactional_request(child):
+    ck = pytest.importorskip("confluent_kafka")
+    broker = child()
+    assert _loaded(broker.probe(), "minibroker.coordinator.transaction_coordinator") == []
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "lazy-txn"})
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce("txn-topic", b"committed")
+    producer.commit_transaction(20)
+    probe = broker.probe()
+    assert _loaded(probe, "minibroker.coordinator.transaction_coordinator")
+    assert {"transactions", "producer_ids"} <= set(probe["services"])
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lazy-reader",
+                            "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe(["txn-topic"])
+    got, deadline = [], time.monotonic() + 20
+    while not got and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    consumer.close()
+    assert got == [b"committed"]
+    # __transaction_state exists now: a restart builds the coordinator at start-up, to replay it
+    broker.stop()
+    again = child(data_dir=broker.data_dir)
+    assert "transactions" in again.probe()["services"]
+
+
+def test_a_share_group_loads_on_the_first_share_request(child):
+    ck = pytest.importorskip("confluent_kafka")
+    if not hasattr(ck, "ShareConsumer"):
+        pytest.skip("confluent-kafka without ShareConsumer (2.15+)")
+    broker = child("group.share.record.lock.duration.ms=1000", "group.share.min.record.lock.duration.ms=1000",
+                   "group.share.heartbeat.interval.ms=500", "group.share.min.heartbeat.interval.ms=500")
+    probe = broker.probe()
+    assert _loaded(probe, "minibroker.coordinator.share_partition_manager") == []
+    assert "share_sessions" not in probe["services"]
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce("shared", b"one")
+    assert producer.flush(10) == 0
+    group = "lazy-share"
+    with WireClient("127.0.0.1", broker.port) as wire:  # read from the earliest offset (a GROUP config)
+        r = wire.request(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+            {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+            "validate_only": False})
+        assert [x.error_code for x in r.responses] == [0]
+    consumer = ck.ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    consumer.subscribe(["shared"])
+    got, deadline = [], time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        got += [m.value() for m in consumer.poll(timeout=0.5) if m.error() is None]
+    consumer.close()
+    assert got == [b"one"]
+    probe = broker.probe()
+    assert {"share_state", "share_partitions", "share_sessions"} <= set(probe["services"])
+    assert _loaded(probe, "minibroker.coordinator.share_partition_manager")
+
+
+def test_creating_a_compacted_topic_starts_the_cleaner(child):
+    broker = child()
+    with WireClient("127.0.0.1", broker.port) as wire:
+        r = wire.request(19, 4, {"topics": [{"name": "plain", "num_partitions": 1, "replication_factor": 1,
+                                             "assignments": [], "configs": []}], "timeout_ms": 5000})
+        assert r.topics[0].error_code == 0
+        assert not broker.probe()["cleaner_running"]  # a delete-policy topic needs no cleaner
+        r = wire.request(19, 4, {"topics": [{
+            "name": "compacted", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+            "configs": [{"name": "cleanup.policy", "value": "compact"}]}], "timeout_ms": 5000})
+        assert r.topics[0].error_code == 0
+    probe = broker.probe()
+    assert _loaded(probe, "minibroker.storage.cleaner") and probe["cleaner_running"]
+
+
+def test_a_sasl_listener_loads_sasl_at_start_up(child):
+    broker = child("listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                   "sasl.enabled.mechanisms=PLAIN",
+                   "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                   "org.apache.kafka.common.security.plain.PlainLoginModule required user_alice=\"secret\";")
+    probe = broker.probe()
+    assert {"sasl_listeners", "scram_credentials"} <= set(probe["services"])
+    assert _loaded(probe, "minibroker.security.sasl.authenticator")
+    assert _loaded(probe, "minibroker.security.tls") == []  # no TLS listener
+
+
+def test_start_up_looks_for_the_scram_credentials_file_by_its_real_name():
+    """start_services names the file without importing its module (a damaged one must stop start-up)."""
+    from minibroker.security.scram_credentials import CREDENTIALS_FILE
+    from minibroker.services import SCRAM_CREDENTIALS_FILE
+
+    assert SCRAM_CREDENTIALS_FILE == CREDENTIALS_FILE
