@@ -152,3 +152,22 @@ def positive_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the timeout must be above 0")
     return value
+
+
+def parse_client_properties(items: list[str] | None, known: dict, role: str) -> dict[str, object]:
+    """``key=value`` settings of a tool's client (``--producer-property``, ``--consumer-property``), each
+    among ``known`` (Kafka's name -> converter; kafka-python's spelling with underscores read as dots),
+    converted. Raises ValueError naming the item; ``role`` ("producer", "consumer") says whose."""
+    out: dict[str, object] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        key = key.strip().replace("_", ".")
+        if not sep or not key:
+            raise ValueError(f"property {item!r} is not KEY=VALUE")
+        if key not in known:
+            raise ValueError(f"property {key} is not one this {role} reads ({', '.join(known)})")
+        try:
+            out[key] = known[key](text.strip())
+        except ValueError:
+            raise ValueError(f"property {item!r}: {key} is a number") from None
+    return out

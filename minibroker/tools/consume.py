@@ -26,7 +26,15 @@ import sys
 import time
 from collections.abc import Callable
 
-from minibroker.tools.command import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, report, run_tool, stdout_bytes
+from minibroker.tools.command import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    parse_client_properties,
+    report,
+    run_tool,
+    stdout_bytes,
+)
 
 _ESCAPES = {"n": b"\n", "r": b"\r", "t": b"\t", "\\": b"\\", "0": b"\0"}
 
@@ -92,20 +100,9 @@ COMMIT_INTERVAL_S = 1.0
 
 
 def parse_properties(items: list[str] | None) -> dict[str, object]:
-    """``key=value`` consumer settings among CONSUMER_PROPERTIES (Kafka's names; underscores read as
-    dots), converted. Raises ValueError naming the item."""
-    out: dict[str, object] = {}
-    for item in items or []:
-        key, sep, text = item.partition("=")
-        key = key.strip().replace("_", ".")
-        if not sep or key not in CONSUMER_PROPERTIES:
-            raise ValueError(f"property {item!r}: give KEY=VALUE with a key among "
-                             f"{', '.join(CONSUMER_PROPERTIES)}")
-        try:
-            out[key] = CONSUMER_PROPERTIES[key](text.strip())
-        except ValueError:
-            raise ValueError(f"property {item!r}: {key} is a number") from None
-    return out
+    """``key=value`` consumer settings among CONSUMER_PROPERTIES, converted. Raises ValueError naming the
+    item."""
+    return parse_client_properties(items, CONSUMER_PROPERTIES, "consumer")
 
 
 def add_parser(sub, common: argparse.ArgumentParser) -> None:

@@ -22,7 +22,15 @@ import argparse
 import sys
 
 from minibroker.records.codecs import Compression
-from minibroker.tools.command import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, report, run_tool, stdout_text
+from minibroker.tools.command import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    parse_client_properties,
+    report,
+    run_tool,
+    stdout_text,
+)
 
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 # --producer-property keys (Kafka's names; kafka-python's spelling with underscores is read too)
@@ -34,20 +42,7 @@ PRODUCER_PROPERTIES = {"acks": str, "compression.type": str, "batch.size": int, 
 def parse_properties(items: list[str] | None) -> dict[str, object]:
     """``key=value`` producer settings among PRODUCER_PROPERTIES, converted. Raises ValueError naming the
     item."""
-    out: dict[str, object] = {}
-    for item in items or []:
-        key, sep, text = item.partition("=")
-        key = key.strip().replace("_", ".")
-        if not sep or not key:
-            raise ValueError(f"property {item!r} is not KEY=VALUE")
-        if key not in PRODUCER_PROPERTIES:
-            raise ValueError(f"property {key} is not one this producer reads "
-                             f"({', '.join(PRODUCER_PROPERTIES)})")
-        try:
-            out[key] = PRODUCER_PROPERTIES[key](text.strip())
-        except ValueError:
-            raise ValueError(f"property {item!r}: {key} is a number") from None
-    return out
+    return parse_client_properties(items, PRODUCER_PROPERTIES, "producer")
 
 
 def parse_headers(items: list[str] | None) -> list[tuple[str, bytes]]:
