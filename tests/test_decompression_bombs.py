@@ -59,7 +59,9 @@ class RawConnection:
         self.sock.sendall(codec.encode_request(0, 9, correlation, produce_body(topic, parts), "bomber"))
 
     def answered(self) -> bool:
-        return bool(select.select([self.sock], [], [], 0)[0])
+        waiting = select.poll()  # not select(): a long-lived worker's descriptors can pass 1024
+        waiting.register(self.sock, select.POLLIN)
+        return bool(waiting.poll(0))
 
     def read_produce(self):
         head = self._read(4)

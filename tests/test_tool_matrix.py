@@ -377,11 +377,14 @@ def read_until(fd: int, wanted: bytes, deadline_s: float = 30) -> bytes:
     """What the terminal shows until ``wanted`` appears (the line discipline echoes the typing too)."""
     import select
 
+    # poll, not select: a worker that has run many tests may hand out descriptors above select's 1024
+    readable = select.poll()
+    readable.register(fd, select.POLLIN)
     seen = b""
     deadline = time.monotonic() + deadline_s
     while wanted not in seen:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or not readable.poll(left * 1000):
             pytest.fail(f"no {wanted!r} on the terminal after {deadline_s} s: {seen!r}")
         try:
             seen += os.read(fd, 4096)

@@ -273,6 +273,8 @@ class Client:
         sent is judged by the reading that follows."""
         sock = self.sock
         sock.setblocking(False)
+        ready = select.poll()  # not select(): a long-lived worker's descriptors can pass 1024
+        ready.register(sock, select.POLLIN | select.POLLOUT)
         try:
             for chunk in chunks:
                 view = memoryview(chunk)
@@ -280,7 +282,9 @@ class Client:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return
-                    readable, writable, _ = select.select([sock], [sock], [], remaining)
+                    events = dict(ready.poll(remaining * 1000))
+                    readable, writable = events.get(sock.fileno(), 0) & ~select.POLLOUT, \
+                        events.get(sock.fileno(), 0) & select.POLLOUT
                     if readable:
                         data = sock.recv(1 << 20)
                         if not data:
