@@ -13,7 +13,7 @@
 # local run of a few tests). Ctrl-C, SIGTERM or SIGHUP stops pytest, the suites and every broker they
 # started within a few seconds, and the script exits 130, 143 or 129 (see "Stopping a run" below).
 #
-# What it changes on the machine (the README says it too): apt-get installs kcat, gcc and a JRE (Spark,
+# What it changes on the machine (the README says it too): apt-get installs kcat, gcc and a JRE (Spark and
 # keytool) when missing; pip turns minibroker into an editable install of this checkout with the test and
 # spark extras (compiling the record layer's C accelerator in place); tests/test_container.py installs podman, runc and debootstrap (apt-get) and
 # podman-compose (pip) and builds three images (scripts/container.sh setup, build).
@@ -45,9 +45,9 @@ if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
 need_apt=()
 command -v kcat >/dev/null || need_apt+=(kcat)  # a client we did not write
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)  # the browser Playwright drives (tests/test_explain.py)
-if [ "$spark" = 1 ] || ! command -v keytool >/dev/null; then
+if [ "$spark" = 1 ]; then
     # Spark's JVM (tests/test_spark.py); its keytool makes the JKS stores of tests/test_tls_jks.py
-    command -v java >/dev/null && command -v keytool >/dev/null || need_apt+=(openjdk-17-jre-headless)
+    command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 fi
 # the record layer's C accelerator is compiled at the editable install (a missing one fails CI)
 command -v cc >/dev/null || need_apt+=(gcc libc6-dev)

@@ -73,7 +73,7 @@ def test_ci_collects_the_container_suite_despite_the_switch():
 
 @pytest.fixture
 def stubbed(tmp_path):
-    """A PATH where apt-get and python3 record their arguments; no kcat, no java, no sudo."""
+    """A PATH where apt-get and python3 record their arguments; no kcat, no java, no C compiler, no sudo."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
     for name in ("apt-get", "python3"):
@@ -97,21 +97,21 @@ def stubbed(tmp_path):
 
 def test_run_tests_installs_everything_by_default(stubbed):
     calls = stubbed()
-    assert "apt-get install -y -qq kcat openjdk-17-jre-headless" in calls
+    assert "apt-get install -y -qq kcat openjdk-17-jre-headless gcc libc6-dev" in calls
     assert "python3 -m pip install -q --disable-pip-version-check -e .[test,spark]" in calls
     assert "python3 -m pytest -k nothing" in calls
 
 
 def test_run_tests_skips_the_jre_and_spark_extra_locally(stubbed):
     calls = stubbed(MINIBROKER_SKIP_SPARK="1", MINIBROKER_SKIP_CONTAINER="1")
-    assert "apt-get install -y -qq kcat" in calls
+    assert "apt-get install -y -qq kcat gcc libc6-dev" in calls
     assert "python3 -m pip install -q --disable-pip-version-check -e .[test]" in calls
     assert any("MINIBROKER_SKIP_CONTAINER=1: those tests" in line for line in calls)
 
 
 def test_run_tests_ignores_the_switches_under_ci(stubbed):
     calls = stubbed(MINIBROKER_SKIP_SPARK="1", MINIBROKER_SKIP_CONTAINER="1", CI="true")
-    assert "apt-get install -y -qq kcat openjdk-17-jre-headless" in calls
+    assert "apt-get install -y -qq kcat openjdk-17-jre-headless gcc libc6-dev" in calls
     assert "python3 -m pip install -q --disable-pip-version-check -e .[test,spark]" in calls
     assert "stderr: CI=true: MINIBROKER_SKIP_SPARK=1 ignored, those tests run" in calls
     assert "stderr: CI=true: MINIBROKER_SKIP_CONTAINER=1 ignored, those tests run" in calls
