@@ -172,8 +172,8 @@ def patch_stale_metadata_response(cluster_class) -> None:
     missing = [name for name in needed if not hasattr(cluster_class, name)]
     if missing:
         raise RuntimeError(f"cannot patch kafka-python's ClusterMetadata: no {', '.join(missing)}")
-    if getattr(cluster_class, "_minibroker_patched", False):
-        return
+    if "_minibroker_unpatched" in vars(cluster_class):
+        return  # patched already (a subclass of a patched class is patched through it)
     original_request = cluster_class.metadata_request
     original_update = cluster_class.update_metadata
 
@@ -193,7 +193,8 @@ def patch_stale_metadata_response(cluster_class) -> None:
 
     cluster_class.metadata_request = metadata_request
     cluster_class.update_metadata = update_metadata
-    cluster_class._minibroker_patched = True
+    cluster_class._minibroker_unpatched = {"metadata_request": original_request,
+                                           "update_metadata": original_update}
 
 
 def pytest_deselected(items):  # pragma: no cover - runs inside the suite's pytest

@@ -8,6 +8,7 @@ import os
 import shutil
 
 import pytest
+from client_fixes import apply_client_fixes
 from suite_switches import report_lines
 
 from minibroker.testing import sigterm_as_keyboard_interrupt
@@ -17,6 +18,7 @@ _names = itertools.count()
 
 def pytest_configure(config):
     sigterm_as_keyboard_interrupt()  # SIGTERM stops a run as Ctrl-C does (docs/testing.md)
+    apply_client_fixes()  # known client bugs, each explained in tests/client_fixes.py
 
 
 def pytest_report_header(config):
