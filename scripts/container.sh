@@ -339,11 +339,13 @@ cmd_compose_example() {
     local project="${1:-minibroker-example}" file="${2:-$ROOT/compose.yaml}"
     use_conf
     local pc=(podman-compose -p "$project" -f "$file")
-    local rc=0
+    local rc=0 setup_out=""
     cmd_build  # a no-op when both images match their inputs
     (cd "$ROOT" && "${pc[@]}" down -v -t 2 >/dev/null 2>&1) || true
     if (cd "$ROOT" && "${pc[@]}" config --services 2>/dev/null) | grep -qx setup; then
-        (cd "$ROOT" && denoise "${pc[@]}" run --rm -T setup >/dev/null) || die "compose run setup failed"
+        # its output (what it left in the volumes) is shown only if the broker then fails
+        setup_out="$(cd "$ROOT" && denoise "${pc[@]}" run --rm -T setup 2>&1)" \
+            || die "compose run setup failed: $setup_out"
     fi
     (cd "$ROOT" && denoise "${pc[@]}" up -d --no-build --no-deps minibroker >/dev/null) \
         || die "compose up minibroker failed"
@@ -360,10 +362,14 @@ cmd_compose_example() {
             podman inspect -f 'exit code {{.State.ExitCode}}, error {{.State.Error}}' "$cid" >&2 || true
             podman logs --tail 60 "$cid" >&2 || true
         fi
+        [ -z "$setup_out" ] || log "the setup service had printed: $setup_out"
+        podman volume ls --filter "label=io.podman.compose.project=$project" \
+            --format '{{.Name}} {{.Mountpoint}}' >&2 || true
         (cd "$ROOT" && "${pc[@]}" down -v -t 5 >/dev/null 2>&1) || true
         die "no minibroker container running in project $project"
     fi
     cmd_wait_healthy "$cid" 60 || rc=$?
+    [ $rc = 0 ] || [ -z "$setup_out" ] || log "the setup service had printed: $setup_out"
     if [ $rc = 0 ]; then
         (cd "$ROOT" && denoise "${pc[@]}" run --rm --no-deps -T app) || rc=$?
     fi
