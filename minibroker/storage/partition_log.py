@@ -555,14 +555,15 @@ class PartitionLog:
             index_interval_bytes=self._index_interval,
             clock=self._clock,
         )
-        # Kafka's roll: a snapshot named after the new segment, so that recovering the new segment
-        # starts from it. Not fsynced here (on the loop): LogManager's flush of the sealed segment
-        # fsyncs it (``snapshot_path`` of the next base).
-        state.write_snapshot(self.directory, new.base_offset, sync=False)
+        self._segments.append(new)  # in the list before anything else can fail: it is on disk
+        self._bases.append(new.base_offset)
         if self._segment_jitter_ms > 0:
             self._roll_jitter[new.base_offset] = random.randrange(self._segment_jitter_ms)
-        self._segments.append(new)
-        self._bases.append(new.base_offset)
+        # Kafka's roll: a snapshot named after the new segment, so that recovering the new segment
+        # starts from it. Not fsynced here (on the loop): LogManager's flush of the sealed segment
+        # fsyncs it (``snapshot_path`` of the next base). A failure (a full disk) fails the append
+        # that rolled, and the dir goes offline, as in Kafka; recovery replays from the snapshot before.
+        state.write_snapshot(self.directory, new.base_offset, sync=False)
         return new
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:

@@ -336,12 +336,19 @@ class ProducerStateTable:
         data = _SNAP_HEADER.pack(SNAPSHOT_VERSION, crc32c(body)) + bytes(body)
         path = os.path.join(directory, f"{end_offset:020d}.snapshot")
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            try:  # a full disk: leave no half-written file behind
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         return path
 
     @classmethod

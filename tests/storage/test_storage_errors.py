@@ -191,3 +191,71 @@ def test_restart_on_a_disk_that_cannot_take_a_rebuilt_index_opens_read_only(data
     assert not m.offline_dirs and m.get_log("t", 0).log_end_offset == end
     append_v2(m.get_log("t", 0), [1])
     m.close()
+
+
+def test_a_roll_whose_producer_snapshot_hits_a_full_disk(data_dir, monkeypatch):
+    """The snapshot a roll writes (Kafka's takeSnapshot) fails with ENOSPC: the append that rolled
+    answers KAFKA_STORAGE_ERROR, the dir goes offline, the new segment is the log's (no file on disk
+    that the log does not own, no half-written snapshot), and the next start rebuilds the producer
+    state from the snapshot before and the log."""
+    from minibroker.records import v2
+    from minibroker.storage import producer_state
+
+    m = open_manager(data_dir)
+    m.create_topic("t", 1)
+    log = m.get_log("t", 0)
+    sequence = 0
+
+    def put(count: int = 1) -> None:
+        nonlocal sequence
+        base = log.log_end_offset
+        rows = [(base + i, 1_700_000_000_000, b"k", b"v" * 200, ()) for i in range(count)]
+        batch = v2.build_batch(rows, base_offset=base, producer_id=9, producer_epoch=0,
+                               base_sequence=sequence)
+        log.append(batch, first_offset=base, last_offset=base + count - 1, max_timestamp=rows[-1][1],
+                   offset_of_max_timestamp=base + count - 1, record_count=count)
+        sequence += count
+
+    while len(log.segments) == 1:
+        put()
+    while log.segments[-1].size + 300 <= 3000:
+        put()
+    end, segments = log.log_end_offset, len(log.segments)
+
+    last_sequence = sequence - 1
+
+    class FullDisk:
+        """``open`` for the producer_state module: a file whose write stops half-way, full."""
+
+        def __init__(self, path, mode):
+            self.file = open(path, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, data):
+            self.file.write(data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(producer_state, "open", FullDisk, raising=False)
+    with pytest.raises(KafkaError) as info:
+        put(2)  # does not fit: rolls, and the roll's snapshot fails
+    monkeypatch.undo()
+    assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert m.offline_dirs
+    assert log.log_end_offset == end and all_offsets(log) == list(range(end))
+    assert len(log.segments) == segments + 1 and log.segments[-1].base_offset == end
+    names = os.listdir(os.path.join(data_dir, "t-0"))
+    assert not [n for n in names if n.endswith(".tmp")], names
+    assert sorted(n for n in names if n.endswith(".log")) == sorted(
+        os.path.basename(s.log_path) for s in log.segments)
+    m.close()
+
+    m = open_manager(data_dir)
+    log = m.get_log("t", 0)
+    assert log.log_end_offset == end and not m.offline_dirs
+    assert log.producer_state.producers[9].last_seq == last_sequence  # the failed append is not there
+    m.close()
