@@ -296,9 +296,11 @@ def prepare(suite: str, workdir: str) -> str:
 # -- one run -----------------------------------------------------------------------------------------
 
 def run_suite(suite: str, workdir: str, run: int, pytest_args: list[str], deselect: list[str],
-              shims: str, log_level: str = "INFO"):
-    """Start a broker, run the suite against it, stop the broker. Returns (pytest exit code, results,
-    path of pytest's output, path of the broker's log)."""
+              shims: str, log_level: str = "INFO", tests: tuple[str, ...] = (TEST_DIR,),
+              group_protocol: str = "classic"):
+    """Start a broker, run the suite's ``tests`` against it, stop the broker. Returns (pytest exit
+    code, results, path of pytest's output, path of the broker's log). ``group_protocol``
+    "consumer" sets the suite's TEST_CONSUMER_GROUP_PROTOCOL: its consumers use KIP-848."""
     sys.path.insert(0, ROOT)
     from minibroker.testing import BrokerRunner
 
@@ -326,7 +328,9 @@ def run_suite(suite: str, workdir: str, run: int, pytest_args: list[str], desele
                                                   env.get("PYTHONPATH")) if p),
         "PYTHONDONTWRITEBYTECODE": "1",
     })
-    cmd = [sys.executable, "-m", "pytest", TEST_DIR,
+    if group_protocol == "consumer":
+        env["TEST_CONSUMER_GROUP_PROTOCOL"] = "consumer"
+    cmd = [sys.executable, "-m", "pytest", *tests,
            "-p", "client_suite_kafka_python",  # the outcome recorder
            "-p", "no:minibroker", "-p", "no:cacheprovider",  # our own plugin is not for this suite
            f"--timeout={PER_TEST_TIMEOUT}", "--timeout-method=signal",
@@ -365,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
                              f"(default: ${SOURCE_ENV}, the cache, GitHub)")
     parser.add_argument("--broker-log-level", default="INFO",
                         help="minibroker's --log-level (DEBUG to triage a failure)")
+    parser.add_argument("--tests", nargs="+", default=[TEST_DIR], metavar="PATH",
+                        help=f"the suite's test paths to run (default: {TEST_DIR}); tests/integration "
+                             "with --expectations for it runs the bring-your-own-broker suite whole")
+    parser.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic",
+                        help="the consumers' group protocol (the suite's TEST_CONSUMER_GROUP_PROTOCOL)")
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments (a selection)")
     args = parser.parse_args(argv)
 
@@ -394,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.path.relpath(args.expectations, ROOT)}", flush=True)
         status = run_and_compare(args.runs, expected, full_run, "confluent-kafka-python share-consumer suite",
                                  lambda run: run_suite(suite, workdir, run, args.pytest_args, deselect, shims,
-                                                       args.broker_log_level))
+                                                       args.broker_log_level, tuple(args.tests),
+                                                       args.group_protocol))
         keep = keep or status != 0
         return status
     finally:
