@@ -401,7 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"confluent-kafka-python {CONFLUENT_KAFKA_PYTHON_VERSION} share-consumer tests ({origin}) with "
               f"the installed confluent-kafka {installed} against minibroker; expectations: "
               f"{os.path.relpath(args.expectations, ROOT)}", flush=True)
-        status = run_and_compare(args.runs, expected, full_run, "confluent-kafka-python share-consumer suite",
+        label = ("confluent-kafka-python share-consumer suite" if args.tests == [TEST_DIR]
+                 else f"confluent-kafka-python suite ({args.group_protocol} group protocol)")
+        status = run_and_compare(args.runs, expected, full_run, label,
                                  lambda run: run_suite(suite, workdir, run, args.pytest_args, deselect, shims,
                                                        args.broker_log_level, tuple(args.tests),
                                                        args.group_protocol))
