@@ -288,7 +288,8 @@ def test_tombstones_are_read_until_delete_retention_ms_then_the_key_is_gone(
     minibroker_factory, topic_name, kcat
 ):
     runner = minibroker_factory(BROKER)
-    _topic(runner, topic_name, delete_retention_ms=3000)
+    retention_s = 5.0
+    _topic(runner, topic_name, delete_retention_ms=int(retention_s * 1000))
     producer = KafkaProducer(bootstrap_servers=runner.bootstrap_servers)
     offsets = {}
     for round_ in range(3):
@@ -306,25 +307,32 @@ def test_tombstones_are_read_until_delete_retention_ms_then_the_key_is_gone(
     roll = _roll(runner, topic_name)
     _wait_cleaned(runner, topic_name)
     cleaned_at = time.monotonic()
-
-    rows = _read_kafka_python(runner, topic_name)
-    assert [(o, k, v) for o, k, v, _ in rows] == sorted(
+    with_tombstones = sorted(
         [(offsets[b"a%d" % i], b"a%d" % i, None) for i in range(5)]
         + [(offsets[b"a%d" % i], b"a%d" % i, b"%d-2" % i) for i in range(5, 10)]
     ) + [(roll, b"roll", b"r")]
-    assert [(o, k, v) for o, k, v, _ in _read_confluent(runner, topic_name)] == [
-        (o, k, v) for o, k, v, _ in rows
+    expected = [(offsets[b"a%d" % i], b"a%d" % i, b"%d-2" % i) for i in range(5, 10)] + [
+        (roll, b"roll", b"r")
     ]
-    assert _read_kcat(kcat, runner, topic_name) == [(o, k, v) for o, k, v, _ in rows]
+
+    def read_within_retention(read) -> None:
+        """A read that ends within delete.retention.ms of the clean sees the tombstones; one that ends
+        later (a starved machine) may see them or not: the next pass may have removed them."""
+        rows = [(o, k, v) for o, k, v, _ in read()]
+        if time.monotonic() - cleaned_at < retention_s:
+            assert rows == with_tombstones
+        else:
+            assert rows in (with_tombstones, expected)
+
+    read_within_retention(lambda: _read_kafka_python(runner, topic_name))
+    read_within_retention(lambda: _read_confluent(runner, topic_name))
+    read_within_retention(lambda: [(o, k, v, None) for o, k, v in _read_kcat(kcat, runner, topic_name)])
 
     # After delete.retention.ms a pass removes the tombstones: the keys are gone.
     _wait_cleaned(
         runner, topic_name, until=lambda: all(v is not None for _, _, v in _file_records(runner, topic_name))
     )
-    assert time.monotonic() - cleaned_at >= 2.5
-    expected = [(offsets[b"a%d" % i], b"a%d" % i, b"%d-2" % i) for i in range(5, 10)] + [
-        (roll, b"roll", b"r")
-    ]
+    assert time.monotonic() - cleaned_at >= retention_s - 0.5
     assert [(o, k, v) for o, k, v, _ in _read_kafka_python(runner, topic_name)] == expected
     assert [(o, k, v) for o, k, v, _ in _read_confluent(runner, topic_name)] == expected
     assert _read_kcat(kcat, runner, topic_name) == expected
