@@ -189,10 +189,9 @@ class _MmapIndex:
             self._last = (-1, None)
 
     def reset(self) -> None:
-        """Forget every entry (before a rebuild)."""
+        """Forget every entry (before a rebuild, which needs no map)."""
         self._set_entries(0)
-        if self._length < self._max_size:
-            self._resize_file(self._max_size)
+        self._resize_file(max(self._length, self._max_size))
 
     def flush(self) -> None:
         """fsync what was written or resized since the last flush (through a descriptor opened for
