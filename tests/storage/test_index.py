@@ -10,24 +10,15 @@ import os
 import sys
 
 import pytest
+from conftest import linux_only
+from conftest import open_descriptors as descriptors_under
 
 from minibroker.storage import index as index_module
 from minibroker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/self/fd")
-
 
 def open_descriptors(path: str) -> int:
-    """Descriptors of this process open on ``path`` (maps' duplicates included)."""
-    real = os.path.realpath(path)
-    count = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{name}") == real:
-                count += 1
-        except OSError:  # closed while listed (the listing's own descriptor)
-            pass
-    return count
+    return sum(descriptors_under(path).values())
 
 
 def filled(path: str, n: int, *, max_bytes: int = 8 * 1024) -> OffsetIndex:
