@@ -71,6 +71,7 @@ class _MmapIndex:
         self._mm: mmap.mmap | None = None  # file-backed: made by the first lookup; in memory: the entries
         self._last: tuple[int, tuple[int, int] | None] = (-1, None)  # (slot, entry) last written or read
         self._unsynced = False  # written or resized since the last fsync
+        self._used = False  # mapped or written to since the last release_if_idle
         if in_memory:
             self._load_into_memory()
             return
@@ -112,6 +113,7 @@ class _MmapIndex:
 
     def _map(self) -> mmap.mmap:
         """The read-only map of the whole file, made now if there is none."""
+        self._used = True
         if self._mm is None:
             fd = self._fd if self._fd >= 0 else os.open(self.path, os.O_RDONLY)
             try:
@@ -128,8 +130,18 @@ class _MmapIndex:
             self._mm.close()
             self._mm = None
 
+    def release_if_idle(self) -> None:
+        """Drop the map and the writer's descriptor if neither served since the last call (the
+        log upkeep calls it every ``log.flush.offset.checkpoint.interval.ms``): an index read or
+        written once, then left alone, holds nothing. The next lookup or write opens them again."""
+        if not self._used:
+            self.unmap()
+            self._release_writer()
+        self._used = False
+
     def _writer(self) -> int:
         """The descriptor for ``pwrite``, opened by the first write."""
+        self._used = True
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR)
         return self._fd

@@ -798,6 +798,13 @@ class PartitionLog:
         point = next((s.base_offset for s in self._segments if not s.flushed), self._leo)
         self._recovery_point = max(self._recovery_point, point)
 
+    def release_idle_descriptors(self) -> None:
+        """The upkeep's sweep: index maps and writers unused since the last sweep are let go, so
+        that an idle partition holds its ``.log`` descriptors only (docs/storage.md, "File
+        descriptors")."""
+        for segment in self._segments:
+            segment.release_if_idle()
+
     # ---- start offset, retention, truncation ----------------------------------------------------
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset to ``offset`` (-1 = the high watermark) and drop

@@ -521,6 +521,11 @@ class LogSegment:
         self.time_index.resize(self._index_max_bytes)
         self.active = True
 
+    def release_if_idle(self) -> None:
+        """Let the indexes' maps and writers go when unused since the last call (``_MmapIndex``)."""
+        self.index.release_if_idle()
+        self.time_index.release_if_idle()
+
     def close(self) -> None:
         """Trim indexes and let the ``.log`` descriptor go (regions in flight keep it open)."""
         if self.file is None:

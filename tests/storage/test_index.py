@@ -191,3 +191,19 @@ def test_in_memory_indexes_read_the_file_once_and_never_write_it(tmp_path):
     assert missing.entries == 0 and missing.maybe_append(10, 5) and missing.lookup(20) == (10, 5)
     assert not os.path.exists(tmp_path / "1.timeindex")
     missing.close()
+
+
+@linux_only
+def test_the_upkeep_lets_an_unused_map_and_writer_go(tmp_path):
+    path = str(tmp_path / "0.index")
+    index = filled(path, 20)
+    assert index.lookup(125) == (119, 1000)
+    index.release_if_idle()  # used since the last sweep: kept
+    assert index.mapped and open_descriptors(path) >= 1
+    index.release_if_idle()  # not since: both go
+    assert not index.mapped and open_descriptors(path) == 0
+    index.append(400, 30_000)  # and come back when needed
+    assert index.lookup(10_000) == (400, 30_000)
+    index.release_if_idle()
+    assert index.mapped
+    index.close()
