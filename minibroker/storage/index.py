@@ -123,6 +123,12 @@ class _MmapIndex:
                     os.close(fd)
         return self._mm
 
+    def map(self) -> None:
+        """Map now, if there are entries: for a file about to be renamed under an index that still
+        answers lookups (the cleaner's swap), which then never opens it by its path."""
+        if self.entries:
+            self._map()
+
     def unmap(self) -> None:
         """Drop the map (the next lookup maps again): after the load-time checks of a segment
         that may then sit unread."""

@@ -521,6 +521,12 @@ class LogSegment:
         self.time_index.resize(self._index_max_bytes)
         self.active = True
 
+    def map_indexes(self) -> None:
+        """Map both indexes now: the cleaner's swap renames their files while this segment still
+        serves reads, and a lookup must not open a file by a name that has moved."""
+        self.index.map()
+        self.time_index.map()
+
     def release_if_idle(self) -> None:
         """Let the indexes' maps and writers go when unused since the last call (``_MmapIndex``)."""
         self.index.release_if_idle()
