@@ -47,8 +47,9 @@ class _MmapIndex:
 
     File descriptors (docs/storage.md, "File descriptors"): an index holds none while idle. The
     file is created and sized, then closed; the first ``pwrite`` opens it and keeps it until the
-    index is trimmed (its segment sealed) or closed. The map is made by the first lookup that
-    reads an entry and dropped whenever the file is resized; CPython's ``mmap`` keeps a ``dup``
+    index is trimmed (its segment sealed), closed, or found idle (``release_if_idle``). The map is
+    made by the first lookup that reads an entry and dropped whenever the file is resized or the
+    index found idle; CPython's ``mmap`` keeps a ``dup``
     of the mapped descriptor (before Python 3.13, which can be told not to), so a mapped index
     costs one descriptor. The last entry written (or read) is cached, so that appends check
     their order without a map.
