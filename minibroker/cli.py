@@ -63,6 +63,32 @@ def log_record_layer() -> None:
     logging.getLogger("minibroker.records").info("record layer: %s", accelerator.describe())
 
 
+def raise_open_file_limit() -> None:
+    """Once at start, as the JVM does for Kafka (``-XX:+MaxFDLimit``, on by default): the soft limit
+    on open files (RLIMIT_NOFILE) up to the hard limit, since every log segment keeps its ``.log``
+    open (docs/storage.md, "File descriptors"). Logged at INFO; never fails the start. Only for
+    ``serve``: an in-process broker leaves its host process's limits alone."""
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit
+        return
+    log = logging.getLogger("minibroker.broker")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY and sys.platform == "darwin":
+        target = 10240  # macOS refuses more than OPEN_MAX for an unlimited hard limit, as the JVM knows
+    if soft == resource.RLIM_INFINITY or (target != resource.RLIM_INFINITY and target <= soft):
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        log.info("open files limit (RLIMIT_NOFILE) stays at %d: raising it to %d was refused: %s",
+                 soft, target, exc)
+        return
+    log.info("raised the open files limit (RLIMIT_NOFILE) from %d to %s (hard limit %s)", soft,
+             *("unlimited" if n == resource.RLIM_INFINITY else n for n in (target, hard)))
+
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -138,6 +164,7 @@ def cmd_serve(args) -> int:
         return 2
     log_config_banner(config, args.config_file)
     log_record_layer()
+    raise_open_file_limit()
     choose_event_loop(args.loop)
     from minibroker.storage.dir_lock import LogDirLockedError
 

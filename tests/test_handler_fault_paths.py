@@ -1,5 +1,6 @@
-"""Fault paths of request handlers, called directly: a full disk under the ACL APIs, a CreateAcls request
-Kafka cannot parse, an unexpected failure writing one transaction marker."""
+"""Fault paths of request handlers, called directly or through an in-process broker: a full disk under the
+ACL APIs, a CreateAcls request Kafka cannot parse, an unexpected failure writing one transaction marker,
+a Fetch of a partition whose files cannot be opened (out of descriptors)."""
 
 from types import SimpleNamespace as NS
 
@@ -98,3 +99,41 @@ def test_a_transactional_produce_of_no_v2_batch_adds_nothing_to_the_transaction(
 
     # nothing is looked up or added (broker None): the append's validation answers these records
     assert _add_to_transaction(None, "tx", "t", 0, records) is None
+
+
+def test_a_partition_whose_files_cannot_be_opened_answers_a_storage_error_and_keeps_the_connection(
+        minibroker_factory, monkeypatch):
+    """Out of descriptors (EMFILE) while a Fetch first loads a partition's producer state (its
+    snapshots are listed): that partition answers KAFKA_STORAGE_ERROR, as Kafka's fetch does for
+    a log it cannot read; the others are served and the connection stays open."""
+    import errno
+    import os
+
+    from minibroker.storage import producer_state
+    from minibroker.tools.wire import WireClient
+
+    runner = minibroker_factory(mode="thread")
+    runner.create_topic("emfile", partitions=2)
+    for partition in (0, 1):
+        runner.produce("emfile", [b"a", b"b"], partition=partition)
+    real = producer_state.snapshot_files
+
+    def snapshot_files(directory):
+        if os.path.basename(directory) == "emfile-0":
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real(directory)
+
+    monkeypatch.setattr(producer_state, "snapshot_files", snapshot_files)
+    body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 1,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": "emfile", "partitions": [
+                {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20} for p in (0, 1)]}]}
+    with WireClient(runner.host, runner.port) as wire:
+        parts = wire.request(1, 11, body).responses[0].partitions
+        assert [(p.partition_index, p.error_code) for p in parts] == [
+            (0, ErrorCode.KAFKA_STORAGE_ERROR), (1, 0)]
+        assert bytes(parts[1].records) and not bytes(parts[0].records)
+        monkeypatch.undo()  # descriptors again: the same connection is served, the state loads
+        parts = wire.request(1, 11, body).responses[0].partitions
+        assert [p.error_code for p in parts] == [0, 0] and all(bytes(p.records) for p in parts)
+    assert not runner.broker.logs.offline_dirs  # a read that failed takes no dir offline

@@ -1383,11 +1383,18 @@ class LogCleaner:
         """A swap's file steps (any thread): ``.cleaned`` -> ``.swap``, the old segments' files ->
         ``.deleted``, ``.swap`` -> final names, with the directory fsyncs between, then the new
         segment opened. Returns it and the ``.deleted`` paths. The old ``LogSegment`` objects are
-        only read here (base offsets, txn index entries)."""
-        for seg in old:
-            # Read now: a txn index not read yet is read by path, which is about to move (a fetch
-            # through the old segment until the list changes still needs its aborted transactions).
-            seg.txn_index.entries  # noqa: B018
+        only read here (base offsets, txn index entries) and their indexes mapped."""
+        try:
+            for seg in old:
+                # Read now: a txn index not read yet is read by path, which is about to move (a fetch
+                # through the old segment until the list changes still needs its aborted transactions).
+                seg.txn_index.entries  # noqa: B018
+                # Mapped now for the same reason: a lookup would open the index by its name. A lookup
+                # on the loop meanwhile may map it too; the map it drops is freed once unused, and the
+                # upkeep's sweep leaves a log alone while ``swap_in_progress``.
+                seg.map_indexes()
+        except OSError as exc:  # out of descriptors, say: nothing has moved, the next pass tries again
+            raise _SwapAbandoned(f"cannot read the segments to replace: {exc}") from exc
         self._step("cleaned_written", merge)
         rename_segment_files(directory, base, ".cleaned", ".swap")
         ckpt.fsync_dir(directory)

@@ -23,10 +23,13 @@ import errno
 import mmap
 import os
 import struct
+import sys
 
 __all__ = ["CorruptIndexError", "OffsetIndex", "TimeIndex"]
 
 _INT32_MAX = 2**31 - 1
+# Python 3.13+ can map without keeping a dup of the descriptor (Kafka's maps hold none either).
+_MAP_OPTIONS = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
 
 class CorruptIndexError(Exception):
@@ -34,13 +37,22 @@ class CorruptIndexError(Exception):
 
 
 class _MmapIndex:
-    """Fixed-size entries in a preallocated file, searched through a read-only memory map as
-    largest lower bound.
+    """Fixed-size entries in a preallocated file, searched as largest lower bound through a
+    read-only memory map.
 
     Entries are written with ``pwrite``, never through the map: a store into a page of a sparse
     file that the file system cannot back (a full disk) would kill the process with SIGBUS,
     where ``pwrite`` answers ENOSPC. The map shares the page cache with ``pwrite``, so what is
     written is what lookups see; lookups only read slots below ``entries``, all written.
+
+    File descriptors (docs/storage.md, "File descriptors"): an index holds none while idle. The
+    file is created and sized, then closed; the first ``pwrite`` opens it and keeps it until the
+    index is trimmed (its segment sealed), closed, or found idle (``release_if_idle``). The map is
+    made by the first lookup that reads an entry and dropped whenever the file is resized or the
+    index found idle; CPython's ``mmap`` keeps a ``dup``
+    of the mapped descriptor (before Python 3.13, which can be told not to), so a mapped index
+    costs one descriptor. The last entry written (or read) is cached, so that appends check
+    their order without a map.
 
     ``in_memory``: the entries live in anonymous memory, loaded from the file and never written
     back: an index for a log dir that cannot be written (a full or failed disk), rebuilt or
@@ -56,50 +68,93 @@ class _MmapIndex:
         self._entry_size = self.ENTRY.size
         self._max_size = max(self._entry_size, max_index_size - max_index_size % self._entry_size)
         self._in_memory = in_memory
+        self._fd = -1  # open for pwrite from the first write until trimmed or closed
+        self._mm: mmap.mmap | None = None  # file-backed: made by the first lookup; in memory: the entries
+        self._last: tuple[int, tuple[int, int] | None] = (-1, None)  # (slot, entry) last written or read
+        self._unsynced = False  # written or resized since the last fsync
+        self._used = False  # mapped or written to since the last release_if_idle
         if in_memory:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                fd = -1
-        else:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._load_into_memory()
+            return
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            length = os.fstat(fd).st_size
+            self.entries = length // self._entry_size
+            # active: preallocated (sparse) to the maximum; sealed: as it is on disk
+            self._length = max(self._max_size, self.entries * self._entry_size) if writable else length
+            if self._length != length:
+                os.ftruncate(fd, self._length)
+                self._unsynced = True
+        finally:
+            os.close(fd)
+
+    # ---- the file and its map -----------------------------------------------------------------
+    def _load_into_memory(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = -1
         try:
             length = os.fstat(fd).st_size if fd >= 0 else 0
-            self._fd = fd
-            self.entries = length // self._entry_size
-            self._length = length
-            self._mm: mmap.mmap | None = None
-            if in_memory:
-                self._load_into_memory(length)
-            elif writable:
-                self._remap(max(self._max_size, self.entries * self._entry_size))
-            else:
-                self._remap(length)
-        except BaseException:
+            size = max(self._max_size, length, self._entry_size)
+            self._mm = mmap.mmap(-1, size)
+            done = 0
+            while done < length:
+                chunk = os.pread(fd, min(1 << 20, length - done), done)
+                if not chunk:
+                    break
+                self._mm[done : done + len(chunk)] = chunk
+                done += len(chunk)
+        finally:
             if fd >= 0:
                 os.close(fd)
-            raise
-
-    # ---- file mapping -------------------------------------------------------------------------
-    def _load_into_memory(self, length: int) -> None:
-        size = max(self._max_size, length, self._entry_size)
-        self._mm = mmap.mmap(-1, size)
-        done = 0
-        while done < length:
-            chunk = os.pread(self._fd, min(1 << 20, length - done), done)
-            if not chunk:
-                break
-            self._mm[done : done + len(chunk)] = chunk
-            done += len(chunk)
         self.entries = done // self._entry_size
         self._file_length = length
         self._length = size
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = -1
 
-    def _remap(self, length: int) -> None:
-        """Make the file ``length`` bytes (growing it sparse, shrinking it to its entries) and map it."""
+    def _map(self) -> mmap.mmap:
+        """The read-only map of the whole file, made now if there is none."""
+        self._used = True
+        if self._mm is None:
+            fd = self._fd if self._fd >= 0 else os.open(self.path, os.O_RDONLY)
+            try:
+                self._mm = mmap.mmap(fd, self._length, access=mmap.ACCESS_READ, **_MAP_OPTIONS)
+            finally:
+                if fd != self._fd:
+                    os.close(fd)
+        return self._mm
+
+    def map(self) -> None:
+        """Map now, if there are entries: for a file about to be renamed under an index that still
+        answers lookups (the cleaner's swap), which then never opens it by its path."""
+        if self.entries:
+            self._map()
+
+    def unmap(self) -> None:
+        """Drop the map (the next lookup maps again): after the load-time checks of a segment
+        that may then sit unread."""
+        if self._mm is not None and not self._in_memory:
+            self._mm.close()
+            self._mm = None
+
+    def release_if_idle(self) -> None:
+        """Drop the map and the writer's descriptor if neither served since the last call (the
+        log upkeep calls it every ``log.flush.offset.checkpoint.interval.ms``): an index read or
+        written once, then left alone, holds nothing. The next lookup or write opens them again."""
+        if not self._used:
+            self.unmap()
+            self._release_writer()
+        self._used = False
+
+    def _writer(self) -> int:
+        """The descriptor for ``pwrite``, opened by the first write."""
+        self._used = True
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR)
+        return self._fd
+
+    def _resize_file(self, length: int) -> None:
+        """Make the file ``length`` bytes: growing it sparse, shrinking it to its entries."""
         if self._in_memory:  # nothing on disk changes; the anonymous map grows when it must
             if length > len(self._mm):
                 grown = mmap.mmap(-1, length)
@@ -108,16 +163,19 @@ class _MmapIndex:
                 self._mm = grown
             self._length = length
             return
-        current = os.fstat(self._fd).st_size
-        if length < current and self._mm is not None:
-            self._mm.close()  # never keep a map past the file's end
-            self._mm = None
-        if length != current:
-            os.ftruncate(self._fd, length)
-        old, self._mm = self._mm, mmap.mmap(self._fd, length, access=mmap.ACCESS_READ) if length > 0 else None
-        if old is not None:
-            old.close()
+        self.unmap()  # never keep a map past the file's end; the next lookup maps the new length
+        if length != self._length:
+            if self._fd >= 0:
+                os.ftruncate(self._fd, length)
+            else:
+                os.truncate(self.path, length)
+            self._unsynced = True
         self._length = length
+
+    @property
+    def mapped(self) -> bool:
+        """A file-backed map is held (for tests of the descriptor budget)."""
+        return self._mm is not None and not self._in_memory
 
     @property
     def max_entries(self) -> int:
@@ -134,27 +192,43 @@ class _MmapIndex:
     def resize(self, max_index_size: int) -> None:
         """Make room for appends again (the segment becomes active)."""
         self._max_size = max(self._entry_size, max_index_size - max_index_size % self._entry_size)
-        self._remap(max(self._max_size, self.entries * self._entry_size))
+        self._resize_file(max(self._max_size, self.entries * self._entry_size))
 
     def trim_to_valid_size(self) -> None:
-        """Shrink the file to its entries (segment sealed or closed)."""
-        self._remap(self.entries * self._entry_size)
+        """Shrink the file to its entries (segment sealed or closed) and let its descriptor go."""
+        self._resize_file(self.entries * self._entry_size)
+        self._release_writer()
 
     def truncate_to_entries(self, n: int) -> None:
-        self.entries = max(0, min(n, self.entries))
+        self._set_entries(max(0, min(n, self.entries)))
+
+    def _set_entries(self, n: int) -> None:
+        self.entries = n
+        if self._last[0] >= n:
+            self._last = (-1, None)
 
     def reset(self) -> None:
-        """Forget every entry (before a rebuild)."""
-        self.entries = 0
-        if self._length < self._max_size:
-            self._remap(self._max_size)
+        """Forget every entry (before a rebuild, which needs no map)."""
+        self._set_entries(0)
+        self._resize_file(max(self._length, self._max_size))
 
     def flush(self) -> None:
+        """fsync what was written or resized since the last flush (through a descriptor opened for
+        it when the index holds none: fsync reaches every write to the file)."""
+        if self._in_memory or not self._unsynced:
+            return
         if self._fd >= 0:
             os.fsync(self._fd)
+        else:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._unsynced = False
 
     def _file_size(self) -> int:
-        return self._file_length if self._in_memory else os.fstat(self._fd).st_size
+        return self._file_length if self._in_memory else self._length
 
     def _check_shape(self) -> None:
         """What every index's sanity check starts with: no unwritten pages, a whole number of entries."""
@@ -166,25 +240,31 @@ class _MmapIndex:
         """A trimmed index has no holes. One with unwritten (sparse) pages was still preallocated
         when the broker stopped: its length says nothing about its entries, and reading a hole
         through the map could fault on a full disk. Cheap: one ``lseek``."""
-        if self._fd < 0 or self._in_memory:
+        if self._in_memory or not self._length:
             return
-        length = os.fstat(self._fd).st_size
-        if not length:
-            return
+        fd = self._fd if self._fd >= 0 else os.open(self.path, os.O_RDONLY)
         try:
-            hole = os.lseek(self._fd, 0, os.SEEK_HOLE)
+            hole = os.lseek(fd, 0, os.SEEK_HOLE)
         except OSError:  # a file system without SEEK_HOLE: no way to tell, the other checks decide
             return
-        if hole < length:
-            raise CorruptIndexError(f"{self.path}: unwritten from byte {hole} of {length} (never trimmed)")
+        finally:
+            if fd != self._fd:
+                os.close(fd)
+        if hole < self._length:
+            raise CorruptIndexError(
+                f"{self.path}: unwritten from byte {hole} of {self._length} (never trimmed)"
+            )
+
+    def _release_writer(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def close(self) -> None:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._release_writer()
 
     def __del__(self) -> None:
         try:
@@ -205,7 +285,27 @@ class _MmapIndex:
 
     # ---- entries ------------------------------------------------------------------------------
     def _entry(self, n: int) -> tuple[int, int]:
-        return self.ENTRY.unpack_from(self._mm, n * self._entry_size)
+        slot, entry = self._last
+        if n == slot:
+            return entry
+        entry = self.ENTRY.unpack_from(self._map(), n * self._entry_size)
+        if n == self.entries - 1:
+            self._last = (n, entry)
+        return entry
+
+    def _last_written(self) -> tuple[int, int]:
+        """The last entry (there is one), read without a map: what an append checks its order
+        against, just before it writes through the same descriptor."""
+        n = self.entries - 1
+        slot, entry = self._last
+        if n != slot:
+            if self._in_memory:
+                entry = self.ENTRY.unpack_from(self._mm, n * self._entry_size)
+            else:
+                data = os.pread(self._writer(), self._entry_size, n * self._entry_size)
+                entry = self.ENTRY.unpack(data)  # a short read (a file cut under us) raises struct.error
+            self._last = (n, entry)
+        return entry
 
     def _write(self, a: int, b: int) -> None:
         if self.is_full:
@@ -213,8 +313,11 @@ class _MmapIndex:
         position = self.entries * self._entry_size
         if self._in_memory:
             self.ENTRY.pack_into(self._mm, position, a, b)
-        elif os.pwrite(self._fd, self.ENTRY.pack(a, b), position) != self._entry_size:
-            raise OSError(errno.ENOSPC, f"short write to {self.path}")
+        else:
+            if os.pwrite(self._writer(), self.ENTRY.pack(a, b), position) != self._entry_size:
+                raise OSError(errno.ENOSPC, f"short write to {self.path}")
+            self._unsynced = True
+        self._last = (self.entries, (a, b))
         self.entries += 1
 
     def _largest_lower_bound(self, target: int, column: int, strict: bool = False) -> int:
@@ -223,7 +326,7 @@ class _MmapIndex:
         if hi < 0:
             return -1
         unpack = self.ENTRY.unpack_from
-        mm, size = self._mm, self._entry_size
+        mm, size = self._map(), self._entry_size
         found = -1
         while lo <= hi:
             mid = (lo + hi) >> 1
@@ -246,7 +349,7 @@ class OffsetIndex(_MmapIndex):
         if not 0 <= relative <= _INT32_MAX:
             raise ValueError(f"offset {offset} does not fit index with base {self.base_offset}")
         if self.entries:
-            last_rel, last_pos = self._entry(self.entries - 1)
+            last_rel, last_pos = self._last_written()
             if relative <= last_rel or position <= last_pos:
                 raise ValueError(f"index entry ({offset}, {position}) is not after ({last_rel}, {last_pos})")
         self._write(relative, position)
@@ -276,11 +379,11 @@ class OffsetIndex(_MmapIndex):
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries whose offset >= ``offset``."""
-        self.entries = self._largest_lower_bound(offset - self.base_offset, 0, strict=True) + 1
+        self._set_entries(self._largest_lower_bound(offset - self.base_offset, 0, strict=True) + 1)
 
     def truncate_to_position(self, position: int) -> None:
         """Drop entries whose position >= ``position``."""
-        self.entries = self._largest_lower_bound(position, 1, strict=True) + 1
+        self._set_entries(self._largest_lower_bound(position, 1, strict=True) + 1)
 
     def sanity_check(self, log_size: int) -> None:
         """Cheap checks (no full scan): no unwritten pages, size a whole number of entries, last
@@ -311,7 +414,7 @@ class TimeIndex(_MmapIndex):
     def maybe_append(self, timestamp: int, offset: int) -> bool:
         """Append if ``timestamp`` is above the last entry's (the index only grows). True if appended."""
         if self.entries:
-            last_ts, last_rel = self._entry(self.entries - 1)
+            last_ts, last_rel = self._last_written()
             if timestamp <= last_ts:
                 return False
             if offset - self.base_offset < last_rel:
@@ -339,7 +442,7 @@ class TimeIndex(_MmapIndex):
         n = self.entries
         while n and self.base_offset + self._entry(n - 1)[1] >= offset:
             n -= 1
-        self.entries = n
+        self._set_entries(n)
 
     def sanity_check(self, next_offset: int) -> None:
         self._check_shape()

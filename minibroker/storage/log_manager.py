@@ -9,10 +9,11 @@ See docs/storage.md.
 Owner: the event loop thread. ``start_retention`` runs one background task that flushes per
 ``flush.ms``, fsyncs sealed segments in a worker thread, applies retention every
 ``log.retention.check.interval.ms`` and writes checkpoints every
-``log.flush.offset.checkpoint.interval.ms``; it also starts the ``LogCleaner`` (storage/cleaner.py) of
-compacted logs, which keeps ``cleaner-offset-checkpoint`` at each log dir root. The cleaner is made when
-the first compacted topic exists (at load, creation or a config change), so a broker without one never
-imports it.
+``log.flush.offset.checkpoint.interval.ms``, when it also lets index maps and writers unused since
+the last time go (docs/storage.md, "File descriptors"); it also starts the ``LogCleaner``
+(storage/cleaner.py) of compacted logs, which keeps ``cleaner-offset-checkpoint`` at each log dir root.
+The cleaner is made when the first compacted topic exists (at load, creation or a config change), so a
+broker without one never imports it.
 
 Several log dirs (JBOD): each locked, with its own ``meta.properties`` (one cluster and node id, else
 start-up is refused) and checkpoints; a new partition goes to the online dir holding the fewest; a
@@ -978,6 +979,8 @@ class LogManager:
                 if now >= next_checkpoint:
                     next_checkpoint = now + checkpoint_ms / 1000
                     self.write_checkpoints()
+                    for plog in self.logs():
+                        plog.release_idle_descriptors()
                 if now >= next_expiration:
                     next_expiration = now + expiration_check_ms / 1000
                     self.remove_expired_producers()

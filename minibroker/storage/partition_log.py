@@ -385,9 +385,15 @@ class PartitionLog:
         """The partition's producer state, loaded on first use (the latest snapshot, then the log
         after it: ``producer_state.load_producer_state``). Owned by the event loop like the log."""
         if self._producer_state is None:
-            self._producer_state = ps.load_producer_state(
-                self, now_ms=self._now_ms(), expiration_ms=self.producer_id_expiration_ms
-            )
+            try:
+                self._producer_state = ps.load_producer_state(
+                    self, now_ms=self._now_ms(), expiration_ms=self.producer_id_expiration_ms
+                )
+            except (OSError, ValueError, struct.error) as exc:  # EMFILE, EIO: this partition's error
+                raise KafkaError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"loading the producer state of {self._topic}-{self._partition}: {exc}",
+                ) from exc
         return self._producer_state
 
     @property
@@ -546,8 +552,10 @@ class PartitionLog:
         old = self._segments[-1]
         if old.size == 0:
             return old
+        # loaded before the new segment exists (it covers the log so far), and before the old one is
+        # sealed: a load that fails (KafkaError) leaves the log as it was
+        state = self.producer_state
         old.seal()
-        state = self.producer_state  # loaded before the new segment exists: it covers the log so far
         new = LogSegment.create(
             self.directory,
             self._leo,
@@ -679,7 +687,12 @@ class PartitionLog:
         end = region.position + region.size
         if segment.file is not region.file or end >= segment.size:
             return segment.next_offset if segment.file is region.file else self._leo
-        header = os.pread(region.file.fileno(), 8, end)
+        try:
+            header = os.pread(region.file.fileno(), 8, end)
+        except OSError as exc:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"reading {self._topic}-{self._partition} at {end}: {exc}"
+            ) from exc
         return struct.unpack(">q", header)[0] if len(header) == 8 else segment.next_offset
 
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
@@ -798,6 +811,15 @@ class PartitionLog:
                 segment.flushed = True
         point = next((s.base_offset for s in self._segments if not s.flushed), self._leo)
         self._recovery_point = max(self._recovery_point, point)
+
+    def release_idle_descriptors(self) -> None:
+        """The upkeep's sweep: index maps and writers unused since the last sweep are let go, so
+        that an idle partition holds its ``.log`` descriptors only (docs/storage.md, "File
+        descriptors"). Not during a cleaner's swap, whose old segments' maps must stay."""
+        if self.swap_in_progress:
+            return
+        for segment in self._segments:
+            segment.release_if_idle()
 
     # ---- start offset, retention, truncation ----------------------------------------------------
     def delete_records_before(self, offset: int) -> int:

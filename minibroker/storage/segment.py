@@ -176,6 +176,13 @@ class LogSegment:
             log.warning("rebuilding the missing indexes of %s", self.log_path)
             return False
         try:
+            return self._load_trusted()
+        finally:  # the checks mapped the indexes; a segment nobody reads then holds no map
+            self.index.unmap()
+            self.time_index.unmap()
+
+    def _load_trusted(self) -> bool:
+        try:
             self.index.sanity_check(self.size)
             self._check_index_samples()
             last_pos = self.index.last_entry()[1]
@@ -317,7 +324,9 @@ class LogSegment:
 
     def _undo_append(self, position: int, before: tuple) -> None:
         (self.max_timestamp, self.offset_of_max_timestamp, self.bytes_since_last_index_entry,
-         self.first_batch_timestamp, self.index.entries, self.time_index.entries) = before
+         self.first_batch_timestamp, index_entries, time_index_entries) = before
+        self.index.truncate_to_entries(index_entries)
+        self.time_index.truncate_to_entries(time_index_entries)
         try:
             os.ftruncate(self.file.fileno(), position)  # shrinking needs no free space
         except OSError as exc:  # the next append overwrites the tail; recovery cuts it after a crash
@@ -511,6 +520,17 @@ class LogSegment:
         self.index.resize(self._index_max_bytes)
         self.time_index.resize(self._index_max_bytes)
         self.active = True
+
+    def map_indexes(self) -> None:
+        """Map both indexes now: the cleaner's swap renames their files while this segment still
+        serves reads, and a lookup must not open a file by a name that has moved."""
+        self.index.map()
+        self.time_index.map()
+
+    def release_if_idle(self) -> None:
+        """Let the indexes' maps and writers go when unused since the last call (``_MmapIndex``)."""
+        self.index.release_if_idle()
+        self.time_index.release_if_idle()
 
     def close(self) -> None:
         """Trim indexes and let the ``.log`` descriptor go (regions in flight keep it open)."""

@@ -42,7 +42,6 @@ class TransactionIndex:
         self.base_offset = base_offset
         self.in_memory = in_memory
         self._entries: list[AbortedTxn] | None = None  # read on first use
-        self._fd = -1
         self.flushed = True
 
     # ---- reading ------------------------------------------------------------------------------
@@ -91,18 +90,18 @@ class TransactionIndex:
         if not self.in_memory:
             data = _ENTRY.pack(VERSION, *txn)
             position = len(entries) * ENTRY_SIZE
-            fd = self._open()
-            written = os.pwrite(fd, data, position)
-            if written < ENTRY_SIZE:  # a full disk: leave no partial entry behind
-                os.ftruncate(fd, position)
-                raise OSError(28, f"{self.path}: short write of an aborted transaction")
+            # Opened for each entry and closed again: aborts are rare, and an idle segment then
+            # holds no descriptor for its txn index (docs/storage.md, "File descriptors").
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                written = os.pwrite(fd, data, position)
+                if written < ENTRY_SIZE:  # a full disk: leave no partial entry behind
+                    os.ftruncate(fd, position)
+                    raise OSError(28, f"{self.path}: short write of an aborted transaction")
+            finally:
+                os.close(fd)
             self.flushed = False
         entries.append(txn)
-
-    def _open(self) -> int:
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._fd
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker is at or after ``offset``."""
@@ -127,10 +126,8 @@ class TransactionIndex:
     def flush(self) -> None:
         if self.flushed or self.in_memory:
             return
-        if self._fd >= 0:
-            os.fsync(self._fd)
-        elif os.path.exists(self.path):  # truncated without being opened
-            fd = os.open(self.path, os.O_RDONLY)
+        if os.path.exists(self.path):
+            fd = os.open(self.path, os.O_RDONLY)  # fsync reaches the writes of descriptors since closed
             try:
                 os.fsync(fd)
             finally:
@@ -138,9 +135,7 @@ class TransactionIndex:
         self.flushed = True
 
     def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        """Nothing to release: the file is open only while an entry is written."""
 
     def delete(self) -> None:
         self.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import struct
+import sys
 import warnings
 
 import crc32c
@@ -98,3 +100,21 @@ def config(**overrides) -> dict:
 @pytest.fixture
 def topic_id() -> bytes:
     return bytes(range(16))
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/self/fd")
+
+
+def open_descriptors(under: str) -> dict[str, int]:
+    """This process's open descriptors on ``under`` or files below it, by target (maps'
+    duplicates included): {path: count}. Linux only."""
+    real = os.path.realpath(under)
+    found: dict[str, int] = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed while listed (the listing's own descriptor)
+            continue
+        if target == real or target.startswith(real + os.sep):
+            found[target] = found.get(target, 0) + 1
+    return found

@@ -667,7 +667,7 @@ def test_reads_during_a_swap_see_the_old_segments_until_the_list_changes(tmp_pat
     import threading
 
     manager = _manager(tmp_path)
-    plog = _topic(manager)
+    plog = _topic(manager, index_interval_bytes=0)  # every entry but the first indexed: lookups map
     txn = {"producer_id": 7, "producer_epoch": 0, "is_transactional": True}
     _put(plog, [(b"a", b"aborted")], base_sequence=0, **txn)  # 0
     _append(plog, build_end_txn_marker(commit=False, producer_id=7, producer_epoch=0, coordinator_epoch=0,
@@ -680,6 +680,10 @@ def test_reads_during_a_swap_see_the_old_segments_until_the_list_changes(tmp_pat
     cleaner.worker_kind = "thread"
     old_segments = plog.segments
     before = plog.read_bytes(0, 1 << 20)
+    each = [plog.read_bytes(offset, 1 << 20) for offset in range(5)]
+    plog.release_idle_descriptors()
+    plog.release_idle_descriptors()  # idle since the last sweep: the index maps went
+    assert not old_segments[0].index.mapped
     reached, proceed = threading.Event(), threading.Event()
 
     def hold(step):
@@ -696,6 +700,10 @@ def test_reads_during_a_swap_see_the_old_segments_until_the_list_changes(tmp_pat
         assert f"{0:020d}.log.deleted" in names and f"{0:020d}.log" not in names  # files half-moved
         assert plog.segments == old_segments and plog.swap_in_progress
         assert plog.read_bytes(0, 1 << 20) == before
+        plog.release_idle_descriptors()
+        plog.release_idle_descriptors()  # a sweep meanwhile lets go of nothing the old segments need
+        # index lookups of the old segments (their files renamed or replaced by now)
+        assert [plog.read_bytes(offset, 1 << 20) for offset in range(5)] == each
         assert plog.collect_aborted_transactions(0, 5) == [AbortedTxn(7, 0, 1, 2)]
         assert plog.apply_retention() == 0
         with pytest.raises(RuntimeError):

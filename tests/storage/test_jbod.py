@@ -9,9 +9,10 @@ import asyncio
 import errno
 import itertools
 import os
+import sys
 
 import pytest
-from conftest import append_v2
+from conftest import append_v2, open_descriptors
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records.framing import scan_entries
@@ -169,12 +170,17 @@ async def test_a_move_while_appends_go_on_keeps_every_record_once(dirs):
     assert log.directory == os.path.join(dest, "t-0")
     assert all_offsets(log) == list(range(appended))
     assert "t-0" not in partition_dirs(src)  # renamed -delete, then removed (file.delete.delay.ms 0)
+    if sys.platform.startswith("linux"):  # the source's files are closed, not only unlinked
+        await until(lambda: not partition_dirs(src))  # the -delete dir's removal (in a thread) ends
+        assert not [p for p in open_descriptors(src) if not p.endswith(".lock")]
     m.close()
     m2 = open_manager(dirs)
     assert m2.log_dir_of("t", 0) == dest
     assert all_offsets(m2.get_log("t", 0)) == list(range(appended))
     assert not [n for n in partition_dirs(src) + partition_dirs(dest) if n.endswith(("-future", "-delete"))]
     m2.close()
+    if sys.platform.startswith("linux"):
+        assert open_descriptors(src) == open_descriptors(dest) == {}
 
 
 async def test_moving_back_to_the_current_dir_cancels_the_move(dirs):

@@ -7,6 +7,7 @@ import os
 import struct
 
 import pytest
+from conftest import linux_only, open_descriptors
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records import build_records
@@ -36,6 +37,20 @@ def test_entries_are_kafkas_34_bytes_and_the_file_comes_with_the_first(tmp_path)
     with open(path, "ab") as f:
         f.write(b"\x00" * 10)  # a torn entry at the end is ignored
     assert TransactionIndex(path, 0).entries == [AbortedTxn(7, 3, 9, 10), AbortedTxn(8, 5, 12, 13)]
+
+
+@linux_only
+def test_no_descriptor_stays_open_between_entries(tmp_path, monkeypatch):
+    path = str(tmp_path / "00000000000000000000.txnindex")
+    index = TransactionIndex(path, 0)
+    index.append(AbortedTxn(7, 3, 9, 10))
+    assert open_descriptors(path) == {}
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    index.flush()  # through a descriptor opened for it
+    index.flush()  # nothing new
+    assert len(synced) == 1 and open_descriptors(path) == {}
 
 
 def test_collect_filters_as_kafka_and_stops_at_an_lso_past_the_bound(tmp_path):
