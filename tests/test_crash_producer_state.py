@@ -230,34 +230,37 @@ def active_producers(broker: BrokerRunner) -> dict[int, int]:
 
 
 def test_idle_producers_expire_and_open_transactions_keep_theirs(tmp_path):
-    overrides = dict(BROKER, **{"producer.id.expiration.ms": "1500",
+    # idle must outlive no check (its last write opens the window), busy must never wait as long
+    # between writes: 3 s against writes every 0.5 s, and the set-up (a librdkafka transactional
+    # producer) done before either writes, so a loaded machine's slow start does not expire them
+    overrides = dict(BROKER, **{"producer.id.expiration.ms": "3000",
                                 "producer.id.expiration.check.interval.ms": "200"})
     broker = BrokerRunner(overrides, data_dir=str(tmp_path / "data"), mode="process")
     try:
         broker.start()
         broker.create_topic(TOPIC, 1)
-        idle, busy = WireProducer(broker), WireProducer(broker)
-        assert idle.send(0) == (0, 0) and busy.send(0) == (0, 2)
         txn = transactional_producer(broker, "pstate-open")
         txn.begin_transaction()
         txn.produce(TOPIC, b"open", partition=0)
         txn.flush(5)
+        idle, busy = WireProducer(broker), WireProducer(broker)
+        assert idle.send(0) == (0, 1) and busy.send(0) == (0, 3)
         known = active_producers(broker)
         assert {idle.pid, busy.pid} < set(known) and len(known) == 3
         txn_pid = next(pid for pid in known if pid not in (idle.pid, busy.pid))
-        assert known[txn_pid] == 4  # its open transaction starts there
-        for seq in range(2, 12, 2):  # busy keeps writing for ~2.5 s; idle and txn say nothing
+        assert known[txn_pid] == 0  # its open transaction starts there
+        for seq in range(2, 20, 2):  # busy keeps writing for ~4.5 s; idle and txn say nothing
             time.sleep(0.5)
             assert busy.send(seq)[0] == 0
         known = active_producers(broker)
         assert idle.pid not in known  # expired
-        assert busy.pid in known and known[txn_pid] == 4  # kept: recent, or in a transaction
+        assert busy.pid in known and known[txn_pid] == 0  # kept: recent, or in a transaction
         assert "producer ids expired" in broker.log_text()
         # forgotten, idle's retry of its last batch is no longer a duplicate: appended again (Kafka
         # accepts any sequence from a producer it does not know), busy's retry still is
         code, offset = idle.send(0)
-        assert code == 0 and offset > 2
-        assert busy.send(10)[0] == DUPLICATE
+        assert code == 0 and offset > 3
+        assert busy.send(18)[0] == DUPLICATE
         assert idle.send(0)[0] == DUPLICATE  # known again from that batch on
         txn.commit_transaction(15)
         values = read_committed(broker, 20, timeout=5)
