@@ -138,6 +138,54 @@ def test_three_consumers_share_one_partition_and_get_every_record_once(share_bro
         _close(*consumers)
 
 
+def _share_assignments(broker, group: str) -> list[set[int]]:
+    """Each member's assigned partitions, from ShareGroupDescribe."""
+    with WireClient(broker.host, broker.port) as wire:
+        g = wire.request(77, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
+    return [{p for t in m.assignment.topic_partitions for p in t.partitions} for m in g.members]
+
+
+def test_two_consumers_split_the_partitions_between_them(share_broker, topic_name):
+    """Kafka 4.1+'s simple assignor: with more partitions than members each partition has one member."""
+    share_broker.create_topic(topic_name, 4)
+    group = _group(share_broker, "split")
+    consumers = [_consumer(share_broker, group) for _ in range(2)]
+    try:
+        for c in consumers:
+            c.subscribe([topic_name])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            for c in consumers:
+                c.poll(timeout=0.2)
+            assignments = _share_assignments(share_broker, group)
+            if len(assignments) == 2 and all(len(a) == 2 for a in assignments):
+                break
+        assert [len(a) for a in assignments] == [2, 2], assignments
+        assert set().union(*assignments) == {0, 1, 2, 3}, assignments
+        for _ in range(4):  # both consumers heartbeat again and take their (smaller) assignment
+            for c in consumers:
+                c.poll(timeout=0.3)
+        producer = Producer({"bootstrap.servers": share_broker.bootstrap_servers, "linger.ms": 0})
+        for p in range(4):
+            for i in range(3):
+                producer.produce(topic_name, value=f"p{p}-{i}".encode(), partition=p)
+        assert producer.flush(10) == 0
+        got: list[set[int]] = [set(), set()]
+        count = 0
+        deadline = time.monotonic() + 20
+        while count < 12 and time.monotonic() < deadline:
+            for c, seen in zip(consumers, got, strict=True):
+                for msg in c.poll(timeout=0.2):
+                    if msg.error() is None:
+                        seen.add(msg.partition())
+                        count += 1
+                        c.acknowledge(msg, AcknowledgeType(ACCEPT))
+        assert count == 12
+        assert not got[0] & got[1] and got[0] | got[1] == {0, 1, 2, 3}, got  # nobody read another's
+    finally:
+        _close(*consumers)
+
+
 def test_released_records_come_back_with_a_higher_delivery_count(share_broker, topic_name):
     share_broker.create_topic(topic_name, 1)
     group = _group(share_broker, "release")
@@ -357,6 +405,21 @@ def test_share_apis_are_advertised_at_v1_and_v2_only(share_broker):
     with WireClient(share_broker.host, share_broker.port) as wire:  # v0 (4.0's early access) is not served
         with pytest.raises((ConnectionError, OSError, EOFError)):
             share_fetch(wire, "g", "m", 0, version=0)
+
+
+def test_current_leader_is_unset_on_success(share_broker, topic_name):
+    """Kafka fills CurrentLeader only for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH: -1/-1 otherwise."""
+    share_broker.create_topic(topic_name, 1)
+    group = _group(share_broker, "leader")
+    with WireClient(share_broker.host, share_broker.port) as wire:
+        tid = _topic_id(wire, topic_name)
+        _produce_batch(wire, topic_name, b"a", b"b")
+        fetched = share_fetch(wire, group, "m", 0, [(tid, [0])])
+        assert _acquired(fetched) == [(0, 1, 1)]
+        acked = share_ack(wire, group, "m", 1, _acks(tid, 0, (0, 1, [ACCEPT])))
+        rows = list(_partitions(fetched).values()) + list(_partitions(acked).values())
+        assert [(r.error_code, r.current_leader.leader_id, r.current_leader.leader_epoch) for r in rows] == \
+            [(0, -1, -1), (0, -1, -1)]
 
 
 def test_share_session_epochs(share_broker, topic_name):

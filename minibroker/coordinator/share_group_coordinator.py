@@ -13,7 +13,7 @@ create the group (a group of another type: GROUP_ID_NOT_FOUND), check its size (
 ``group.share.max.size``), find or create the member (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH), update
 its subscription; a changed subscription, or a change in the subscribed topics (created, deleted, grown),
 bumps the group epoch; a group epoch ahead of the target assignment epoch gives a new target from the
-simple assignor (every member gets every partition of the subscribed topics that exist), and the member
+simple assignor (share_assignor.py: partitions spread over the members, sticky), and the member
 moves to its target at once. The records describing the change are appended to ``__consumer_offsets``
 before the answer; if the append fails the group is restored and the error returned.
 
@@ -61,6 +61,7 @@ from minibroker.coordinator.modern_group import (
     check_member_epoch,
 )
 from minibroker.coordinator.modern_group import fail as _fail
+from minibroker.coordinator.share_assignor import simple_assign
 from minibroker.coordinator.share_group import (
     LEAVE_EPOCH,
     STABLE,
@@ -144,15 +145,20 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
                 h.update(name.encode("utf-8") + b"\0" + bytes(info.id) + info.partitions.to_bytes(4, "big"))
         return int.from_bytes(h.digest(), "big", signed=True) if group.members else 0
 
-    def _simple_assignment(self, member: ShareMember) -> TopicAssignment:
-        """The simple assignor: every partition of every subscribed topic that exists."""
+    def _simple_assignment(self, group: ShareGroup) -> dict[str, TopicAssignment]:
+        """The simple assignor (share_assignor.py) over the subscribed topics that exist, sticky to the
+        current target."""
         topics = self._topics()
-        out: TopicAssignment = {}
-        for name in member.subscribed_topic_names:
-            info = topics.get(name)
-            if info is not None and info.partitions > 0:
-                out[bytes(info.id)] = set(range(info.partitions))
-        return out
+        subscriptions: dict[str, list[bytes]] = {}
+        counts: dict[bytes, int] = {}
+        for m in group.members.values():
+            ids = subscriptions[m.member_id] = []
+            for name in m.subscribed_topic_names:
+                info = topics.get(name)
+                if info is not None and info.partitions > 0:
+                    ids.append(bytes(info.id))
+                    counts[bytes(info.id)] = info.partitions
+        return simple_assign(subscriptions, counts, group.target)
 
     # -- ShareGroupHeartbeat --------------------------------------------------------------------
 
@@ -266,8 +272,7 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
                                member.assigned if epoch == 0 or changed else None)
 
     def _update_target(self, group: ShareGroup, changes: _Changes) -> None:
-        self._set_target(group, {m.member_id: self._simple_assignment(m) for m in group.members.values()},
-                         changes)
+        self._set_target(group, self._simple_assignment(group), changes)
         log.info("group %s: new share target assignment at epoch %d", group.group_id, group.assignment_epoch)
 
     # -- leaving and fencing --------------------------------------------------------------------

@@ -42,8 +42,9 @@ acknowledgements whose type 4 extends locks, must have MaxBytes, MinBytes, MaxRe
 Quotas: MaxBytes is capped at ``fetch.max.bytes`` and, with a consumer_byte_rate quota for the client,
 at what the quota window allows in one go, as Kafka caps a ShareFetch; the answer itself is not throttled
 (its records are acquired already), as in Kafka, where only error answers go through the request quota.
-Gaps: MinBytes is taken as 1 (an answer goes out as soon as anything was acquired); CurrentLeader is
-always this node (leader epoch 0) and NodeEndpoints empty.
+CurrentLeader is -1/-1 (Kafka fills it only for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH), NodeEndpoints
+empty.
+Gaps: MinBytes is taken as 1 (an answer goes out as soon as anything was acquired).
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ class ShareFetchPlan:
     def _row(self, partition: int, error=ErrorCode.NONE, message=None, records=EMPTY, runs=()) -> Struct:
         return Struct(partition_index=partition, error_code=int(error), error_message=message,
                       acknowledge_error_code=0, acknowledge_error_message=None,
-                      current_leader=current_leader(self.broker), records=records,
+                      current_leader=current_leader(self.broker, error), records=records,
                       acquired_records=[Struct(first_offset=f, last_offset=last, delivery_count=c)
                                         for f, last, c in runs])
 
