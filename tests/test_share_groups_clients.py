@@ -570,6 +570,32 @@ def test_a_long_poll_wakes_on_an_append(share_broker, topic_name):
         assert _acquired(answer["r"]) == [(0, 0, 1)]
 
 
+def test_min_bytes_holds_the_answer_until_enough_is_readable(share_broker, topic_name):
+    """MinBytes: a small append does not end the wait (as it would with MinBytes 1); one that brings the
+    readable bytes to MinBytes does, and both batches are acquired. On MaxWaitMs, whatever there is."""
+    share_broker.create_topic(topic_name, 1)
+    group = _group(share_broker, "minbytes")
+    with WireClient(share_broker.host, share_broker.port) as wire:
+        tid = _topic_id(wire, topic_name)
+        assert _acquired(share_fetch(wire, group, "m", 0, [(tid, [0])])) == []
+        answer = {}
+        waiting = threading.Thread(target=lambda: answer.update(
+            r=share_fetch(wire, group, "m", 1, max_wait_ms=20000, min_bytes=2000)))
+        waiting.start()
+        try:
+            with WireClient(share_broker.host, share_broker.port) as producer:
+                _produce_batch(producer, topic_name, b"small")
+                time.sleep(0.5)  # the small append has woken the fetch, which goes on waiting
+                assert waiting.is_alive()
+                _produce_batch(producer, topic_name, b"x" * 3000)
+        finally:
+            waiting.join(30)
+        assert _acquired(answer["r"]) == [(0, 1, 1)]
+        _produce_batch(wire, topic_name, b"tiny")
+        late = share_fetch(wire, group, "m", 2, max_wait_ms=300, min_bytes=1 << 20)
+        assert _acquired(late) == [(2, 2, 1)]
+
+
 def test_a_long_poll_does_not_hand_out_a_recreated_topic_under_the_old_id(minibroker_factory, topic_name):
     """A topic deleted and created again (same name, another id) while a fetch waits: the append to the new
     topic wakes the fetch, which must answer the session's old id UNKNOWN_TOPIC_ID, not acquire the new
