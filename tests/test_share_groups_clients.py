@@ -551,6 +551,27 @@ def test_record_limit_mode_batch_size_and_renewals(share_broker, topic_name):
         assert [p.error_code for p in _partitions(r).values()] == [0]  # offset 0 was still m1's
 
 
+def test_redelivered_batches_shrink_as_their_delivery_count_nears_the_limit(share_broker, topic_name):
+    """Kafka's throttled redelivery (share.delivery.count.limit 5: from the 4th delivery, half the
+    batch; the last delivery one record alone)."""
+    share_broker.create_topic(topic_name, 1)
+    group = _group(share_broker, "throttle")
+    with WireClient(share_broker.host, share_broker.port) as wire:
+        tid = _topic_id(wire, topic_name)
+        _produce_batch(wire, topic_name, *[b"r%d" % i for i in range(16)])
+        runs = []
+        epoch = 0
+        for _ in range(5):
+            got = _acquired(share_fetch(wire, group, "m", epoch, [(tid, [0])] if epoch == 0 else ()))
+            epoch += 1
+            runs.append(got)
+            released = share_ack(wire, group, "m", epoch,
+                                 _acks(tid, 0, *[(f, last, [RELEASE]) for f, last, _ in got]))
+            epoch += 1
+            assert [p.error_code for p in _partitions(released).values()] == [0]
+        assert runs == [[(0, 15, 1)], [(0, 15, 2)], [(0, 15, 3)], [(0, 7, 4)], [(0, 0, 5)]]
+
+
 def test_a_long_poll_wakes_on_an_append(share_broker, topic_name):
     share_broker.create_topic(topic_name, 1)
     group = _group(share_broker, "longpoll")
