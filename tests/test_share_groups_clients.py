@@ -572,6 +572,36 @@ def test_redelivered_batches_shrink_as_their_delivery_count_nears_the_limit(shar
         assert runs == [[(0, 15, 1)], [(0, 15, 2)], [(0, 15, 3)], [(0, 7, 4)], [(0, 0, 5)]]
 
 
+def test_acknowledging_records_fetched_before_a_restart(minibroker_factory, topic_name):
+    """Kafka's answers after a restart: the old share session is gone (SHARE_SESSION_NOT_FOUND); in a new
+    session, a share partition no fetch has loaded since the start is UNKNOWN_TOPIC_OR_PARTITION; once
+    loaded, the records are no longer this member's (acquisitions are not persisted): INVALID_RECORD_STATE."""
+    broker = minibroker_factory(SHARE_OVERRIDES)
+    broker.create_topic(topic_name, 1)
+    group = _group(broker, "restart-acks")
+    with WireClient(broker.host, broker.port) as wire:
+        tid = _topic_id(wire, topic_name)
+        _produce_batch(wire, topic_name, b"a", b"b", b"c")
+        assert _acquired(share_fetch(wire, group, "m1", 0, [(tid, [0])])) == [(0, 2, 1)]
+    broker.restart()
+    accept = _acks(tid, 0, (0, 2, [ACCEPT]))
+    with WireClient(broker.host, broker.port) as wire:
+        assert share_ack(wire, group, "m1", 1, accept).error_code == E.SHARE_SESSION_NOT_FOUND
+        assert share_fetch(wire, group, "m1", 0).error_code == 0  # a new, empty session
+        r = share_ack(wire, group, "m1", 1, accept)
+        assert [p.error_code for p in _partitions(r).values()] == [E.UNKNOWN_TOPIC_OR_PARTITION]
+        deadline = time.monotonic() + 15
+        while True:  # m2 loads the share partition (COORDINATOR_NOT_AVAILABLE while the state loads)
+            fetched = share_fetch(wire, group, "m2", 0, [(tid, [0])])
+            codes = [p.error_code for p in _partitions(fetched).values()]
+            if codes == [0] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert _acquired(fetched) == [(0, 2, 1)]  # the acquisition was not persisted: a first delivery
+        r = share_ack(wire, group, "m1", 2, accept)
+        assert [p.error_code for p in _partitions(r).values()] == [E.INVALID_RECORD_STATE]
+
+
 def test_a_long_poll_wakes_on_an_append(share_broker, topic_name):
     share_broker.create_topic(topic_name, 1)
     group = _group(share_broker, "longpoll")
