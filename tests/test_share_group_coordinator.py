@@ -397,6 +397,71 @@ def test_confluent_share_consumer_joins_the_group(broker):
         assert poll(lambda: describe(wire, "g-client").group_state == "Empty")  # close() left the group
 
 
+def _state_partition_metadata(runner, group: str) -> list[tuple[dict, dict, dict]]:
+    """The group's ShareGroupStatePartitionMetadata records (type 15) in ``__consumer_offsets``, in order,
+    as ({topic: partitions initializing}, {... initialized}, {deleting topic ids: name}); None for a
+    tombstone."""
+    import glob
+    import os
+
+    from minibroker.records.batches import iter_batches
+
+    out = []
+    pattern = os.path.join(runner.data_dir, "__consumer_offsets-*", "*.log")
+    for path in sorted(glob.glob(pattern)):
+        with open(path, "rb") as f:
+            data = f.read()
+        for batch in iter_batches(data):
+            for r in batch.records():
+                key = gr.decode_key(r.key) if r.key else None
+                if isinstance(key, gr.ShareGroupKey) and key.group == group and key.record_type == 15:
+                    if r.value is None:
+                        out.append(None)
+                        continue
+                    v = gr.decode_share_state_partition_metadata_value(r.value)
+                    out.append(({n: sorted(ps) for n, ps in v.initializing.values()},
+                                {n: sorted(ps) for n, ps in v.initialized.values()}, v.deleting))
+    return out
+
+
+def test_share_state_is_initialized_on_assignment(broker):
+    """Kafka 4.1+'s ShareGroupStatePartitionMetadata: when a share consumer's subscribed partitions first
+    become assignable, the group records them initializing, then initialized; a grown topic adds its new
+    partitions the same way, and deleting the group writes a tombstone."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    broker.create_topic("sg-init", 2)
+    consumer = confluent_kafka.ShareConsumer({"bootstrap.servers": broker.bootstrap_servers,
+                                              "group.id": "g-init"})
+    try:
+        consumer.subscribe(["sg-init"])
+        with WireClient(broker.host, broker.port) as wire:
+            def joined():
+                consumer.poll(0.1)
+                return describe(wire, "g-init").members
+            assert poll(joined, 20), "the share consumer never joined"
+            assert _state_partition_metadata(broker, "g-init") == [
+                ({"sg-init": [0, 1]}, {}, {}), ({}, {"sg-init": [0, 1]}, {})]
+            grown = wire.request(CREATE_PARTITIONS, 3, {"topics": [{"name": "sg-init", "count": 3,
+                                                                    "assignments": None}],
+                                                        "timeout_ms": 5000, "validate_only": False})
+            assert grown.results[0].error_code == 0
+
+            def assigned_three():
+                consumer.poll(0.1)
+                m = describe(wire, "g-init").members
+                return m and sorted(p for t in m[0].assignment.topic_partitions for p in t.partitions)
+            assert poll(lambda: assigned_three() == [0, 1, 2], 20)
+            assert _state_partition_metadata(broker, "g-init")[2:] == [
+                ({"sg-init": [2]}, {"sg-init": [0, 1]}, {}), ({}, {"sg-init": [0, 1, 2]}, {})]
+    finally:
+        consumer.close()
+    with WireClient(broker.host, broker.port) as wire:
+        assert poll(lambda: describe(wire, "g-init").group_state == "Empty")
+        r = wire.request(42, 2, {"groups_names": ["g-init"]})  # DeleteGroups
+        assert r.results[0].error_code == 0
+    assert _state_partition_metadata(broker, "g-init")[-1] is None
+
+
 def test_a_failed_append_leaves_the_group_as_it_was(minibroker_factory, monkeypatch):
     from minibroker.errors import KafkaError
 
@@ -472,7 +537,8 @@ def _view(coordinator) -> dict:
             "members": {m.member_id: (m.member_epoch, m.previous_member_epoch, m.subscribed_topic_names,
                                       m.client_id, {t: sorted(ps) for t, ps in m.assigned.items()})
                         for m in group.members.values()},
-            "target": {k: {t: sorted(ps) for t, ps in v.items()} for k, v in group.target.items()}}
+            "target": {k: {t: sorted(ps) for t, ps in v.items()} for k, v in group.target.items()},
+            "initialized": {t: (n, sorted(ps)) for t, (n, ps) in group.initialized.items()}}
 
 
 _TOPIC_NAMES = ["a", "b", "c"]
