@@ -29,9 +29,9 @@ synchronous; ShareFetch/ShareAcknowledge (B2) and the admin APIs (C) call it.
 - A topic deleted (or deleted and recreated: another topic id) drops its cached share partitions; calls
   then answer UNKNOWN_TOPIC_OR_PARTITION.
 
-Gaps: Kafka shrinks redelivered batches progressively as their delivery count nears the limit; here they
-go whole until their last attempt (which goes alone, as in Kafka). AcquiredRecords come as one run per
-contiguous range with one delivery count; cutting them to the request's BatchSize is the handler's.
+Redelivered batches shrink as their delivery count nears the limit, and a last attempt goes alone, as in
+Kafka (share_partition.py). AcquiredRecords come as one run per contiguous range with one delivery count;
+cutting them to the request's BatchSize is the handler's.
 """
 
 from __future__ import annotations
