@@ -334,6 +334,8 @@ def test_restart_keeps_members_epochs_and_assignments(tmp_path):
             hb(wire, "g-persist", "p3", 0, ["sg-persist"])
             assert hb(wire, "g-persist", "p3", -1).error_code == 0
             before = describe(wire, "g-persist")
+        initialized = runner.broker.groups.share.groups["g-persist"].initialized
+        assert initialized == {topic_id(runner, "sg-persist"): ("sg-persist", {0, 1})}
         runner.restart()
         with WireClient(runner.host, runner.port) as wire:
             after = _describe_when_loaded(wire, "g-persist")
@@ -347,6 +349,7 @@ def test_restart_keeps_members_epochs_and_assignments(tmp_path):
                 (before.group_state, before.group_epoch, before.assignment_epoch) == ("Stable", 4, 3)
             assert members(after) == members(before)
             assert [m[0] for m in members(after)] == ["p1", "p2"]
+            assert runner.broker.groups.share.groups["g-persist"].initialized == initialized
             r = hb(wire, "g-persist", "p1", 1)  # p1 carries on from its epoch
             assert (r.error_code, r.member_epoch) == (0, 4)
     finally:
