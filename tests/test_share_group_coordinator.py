@@ -74,9 +74,11 @@ def test_join_heartbeat_and_leave(broker):
         assert (r1.error_code, r1.member_epoch, r1.assignment) == (0, 1, None)  # nothing changed
         r2 = hb(wire, "g-join", "m2", 0, ["sg-join"])
         assert (r2.error_code, r2.member_epoch) == (0, 2)
-        assert assignment(r2) == {tid: [0, 1]}  # the simple assignor: every member gets every partition
+        # the simple assignor (Kafka 4.1+): as many partitions as members, so one each; m1 keeps one
+        assert len(assignment(r2)[tid]) == 1
         r1 = hb(wire, "g-join", "m1", 1)
-        assert (r1.error_code, r1.member_epoch, r1.assignment) == (0, 2, None)  # new epoch, same partitions
+        assert (r1.error_code, r1.member_epoch) == (0, 2)
+        assert sorted(assignment(r1)[tid] + assignment(r2)[tid]) == [0, 1]
         d = describe(wire, "g-join")
         assert (d.error_code, d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == \
             (0, "Stable", 2, 2, "simple")
@@ -332,6 +334,8 @@ def test_restart_keeps_members_epochs_and_assignments(tmp_path):
             hb(wire, "g-persist", "p3", 0, ["sg-persist"])
             assert hb(wire, "g-persist", "p3", -1).error_code == 0
             before = describe(wire, "g-persist")
+        initialized = runner.broker.groups.share.groups["g-persist"].initialized
+        assert initialized == {topic_id(runner, "sg-persist"): ("sg-persist", {0, 1})}
         runner.restart()
         with WireClient(runner.host, runner.port) as wire:
             after = _describe_when_loaded(wire, "g-persist")
@@ -345,6 +349,7 @@ def test_restart_keeps_members_epochs_and_assignments(tmp_path):
                 (before.group_state, before.group_epoch, before.assignment_epoch) == ("Stable", 4, 3)
             assert members(after) == members(before)
             assert [m[0] for m in members(after)] == ["p1", "p2"]
+            assert runner.broker.groups.share.groups["g-persist"].initialized == initialized
             r = hb(wire, "g-persist", "p1", 1)  # p1 carries on from its epoch
             assert (r.error_code, r.member_epoch) == (0, 4)
     finally:
@@ -393,6 +398,71 @@ def test_confluent_share_consumer_joins_the_group(broker):
         consumer.close()
     with WireClient(broker.host, broker.port) as wire:
         assert poll(lambda: describe(wire, "g-client").group_state == "Empty")  # close() left the group
+
+
+def _state_partition_metadata(runner, group: str) -> list[tuple[dict, dict, dict]]:
+    """The group's ShareGroupStatePartitionMetadata records (type 15) in ``__consumer_offsets``, in order,
+    as ({topic: partitions initializing}, {... initialized}, {deleting topic ids: name}); None for a
+    tombstone."""
+    import glob
+    import os
+
+    from minibroker.records.batches import iter_batches
+
+    out = []
+    pattern = os.path.join(runner.data_dir, "__consumer_offsets-*", "*.log")
+    for path in sorted(glob.glob(pattern)):
+        with open(path, "rb") as f:
+            data = f.read()
+        for batch in iter_batches(data):
+            for r in batch.records():
+                key = gr.decode_key(r.key) if r.key else None
+                if isinstance(key, gr.ShareGroupKey) and key.group == group and key.record_type == 15:
+                    if r.value is None:
+                        out.append(None)
+                        continue
+                    v = gr.decode_share_state_partition_metadata_value(r.value)
+                    out.append(({n: sorted(ps) for n, ps in v.initializing.values()},
+                                {n: sorted(ps) for n, ps in v.initialized.values()}, v.deleting))
+    return out
+
+
+def test_share_state_is_initialized_on_assignment(broker):
+    """Kafka 4.1+'s ShareGroupStatePartitionMetadata: when a share consumer's subscribed partitions first
+    become assignable, the group records them initializing, then initialized; a grown topic adds its new
+    partitions the same way, and deleting the group writes a tombstone."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    broker.create_topic("sg-init", 2)
+    consumer = confluent_kafka.ShareConsumer({"bootstrap.servers": broker.bootstrap_servers,
+                                              "group.id": "g-init"})
+    try:
+        consumer.subscribe(["sg-init"])
+        with WireClient(broker.host, broker.port) as wire:
+            def joined():
+                consumer.poll(0.1)
+                return describe(wire, "g-init").members
+            assert poll(joined, 20), "the share consumer never joined"
+            assert _state_partition_metadata(broker, "g-init") == [
+                ({"sg-init": [0, 1]}, {}, {}), ({}, {"sg-init": [0, 1]}, {})]
+            grown = wire.request(CREATE_PARTITIONS, 3, {"topics": [{"name": "sg-init", "count": 3,
+                                                                    "assignments": None}],
+                                                        "timeout_ms": 5000, "validate_only": False})
+            assert grown.results[0].error_code == 0
+
+            def assigned_three():
+                consumer.poll(0.1)
+                m = describe(wire, "g-init").members
+                return m and sorted(p for t in m[0].assignment.topic_partitions for p in t.partitions)
+            assert poll(lambda: assigned_three() == [0, 1, 2], 20)
+            assert _state_partition_metadata(broker, "g-init")[2:] == [
+                ({"sg-init": [2]}, {"sg-init": [0, 1]}, {}), ({}, {"sg-init": [0, 1, 2]}, {})]
+    finally:
+        consumer.close()
+    with WireClient(broker.host, broker.port) as wire:
+        assert poll(lambda: describe(wire, "g-init").group_state == "Empty")
+        r = wire.request(42, 2, {"groups_names": ["g-init"]})  # DeleteGroups
+        assert r.results[0].error_code == 0
+    assert _state_partition_metadata(broker, "g-init")[-1] is None
 
 
 def test_a_failed_append_leaves_the_group_as_it_was(minibroker_factory, monkeypatch):
@@ -470,7 +540,8 @@ def _view(coordinator) -> dict:
             "members": {m.member_id: (m.member_epoch, m.previous_member_epoch, m.subscribed_topic_names,
                                       m.client_id, {t: sorted(ps) for t, ps in m.assigned.items()})
                         for m in group.members.values()},
-            "target": {k: {t: sorted(ps) for t, ps in v.items()} for k, v in group.target.items()}}
+            "target": {k: {t: sorted(ps) for t, ps in v.items()} for k, v in group.target.items()},
+            "initialized": {t: (n, sorted(ps)) for t, (n, ps) in group.initialized.items()}}
 
 
 _TOPIC_NAMES = ["a", "b", "c"]
@@ -489,7 +560,7 @@ _OPS = st.lists(st.one_of(
 @given(_OPS)
 def test_random_histories_replay_from_their_records(ops):
     """Whatever happens, the records written describe the group exactly (a restart loads the same group),
-    and every heartbeat answers a member with every partition of its subscribed topics that exist."""
+    and every heartbeat moves a member to its target: partitions of its subscribed topics that exist only."""
     from minibroker.coordinator.group_coordinator import GroupCoordinator
     from minibroker.coordinator.share_group_coordinator import ShareGroupCoordinator
 
@@ -511,9 +582,11 @@ def test_random_histories_replay_from_their_records(ops):
                 continue
             epochs[name] = r.member_epoch
             member = coordinator.groups["g"].members[name]
-            want = {topics[t].id: set(range(topics[t].partitions)) for t in member.subscribed_topic_names
-                    if t in topics}
-            assert member.assigned == want and r.member_epoch == coordinator.groups["g"].assignment_epoch
+            readable = {(topics[t].id, p) for t in member.subscribed_topic_names if t in topics
+                        for p in range(topics[t].partitions)}
+            assert {(t, p) for t, ps in member.assigned.items() for p in ps} <= readable
+            assert member.assigned == coordinator.groups["g"].target.get(name, {})
+            assert r.member_epoch == coordinator.groups["g"].assignment_epoch
         elif op == "grow":
             if name in topics:
                 topics[name].partitions += 1

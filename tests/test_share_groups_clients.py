@@ -138,6 +138,54 @@ def test_three_consumers_share_one_partition_and_get_every_record_once(share_bro
         _close(*consumers)
 
 
+def _share_assignments(broker, group: str) -> list[set[int]]:
+    """Each member's assigned partitions, from ShareGroupDescribe."""
+    with WireClient(broker.host, broker.port) as wire:
+        g = wire.request(77, 1, {"group_ids": [group], "include_authorized_operations": False}).groups[0]
+    return [{p for t in m.assignment.topic_partitions for p in t.partitions} for m in g.members]
+
+
+def test_two_consumers_split_the_partitions_between_them(share_broker, topic_name):
+    """Kafka 4.1+'s simple assignor: with more partitions than members each partition has one member."""
+    share_broker.create_topic(topic_name, 4)
+    group = _group(share_broker, "split")
+    consumers = [_consumer(share_broker, group) for _ in range(2)]
+    try:
+        for c in consumers:
+            c.subscribe([topic_name])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            for c in consumers:
+                c.poll(timeout=0.2)
+            assignments = _share_assignments(share_broker, group)
+            if len(assignments) == 2 and all(len(a) == 2 for a in assignments):
+                break
+        assert [len(a) for a in assignments] == [2, 2], assignments
+        assert set().union(*assignments) == {0, 1, 2, 3}, assignments
+        for _ in range(4):  # both consumers heartbeat again and take their (smaller) assignment
+            for c in consumers:
+                c.poll(timeout=0.3)
+        producer = Producer({"bootstrap.servers": share_broker.bootstrap_servers, "linger.ms": 0})
+        for p in range(4):
+            for i in range(3):
+                producer.produce(topic_name, value=f"p{p}-{i}".encode(), partition=p)
+        assert producer.flush(10) == 0
+        got: list[set[int]] = [set(), set()]
+        count = 0
+        deadline = time.monotonic() + 20
+        while count < 12 and time.monotonic() < deadline:
+            for c, seen in zip(consumers, got, strict=True):
+                for msg in c.poll(timeout=0.2):
+                    if msg.error() is None:
+                        seen.add(msg.partition())
+                        count += 1
+                        c.acknowledge(msg, AcknowledgeType(ACCEPT))
+        assert count == 12
+        assert not got[0] & got[1] and got[0] | got[1] == {0, 1, 2, 3}, got  # nobody read another's
+    finally:
+        _close(*consumers)
+
+
 def test_released_records_come_back_with_a_higher_delivery_count(share_broker, topic_name):
     share_broker.create_topic(topic_name, 1)
     group = _group(share_broker, "release")
@@ -359,6 +407,21 @@ def test_share_apis_are_advertised_at_v1_and_v2_only(share_broker):
             share_fetch(wire, "g", "m", 0, version=0)
 
 
+def test_current_leader_is_unset_on_success(share_broker, topic_name):
+    """Kafka fills CurrentLeader only for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH: -1/-1 otherwise."""
+    share_broker.create_topic(topic_name, 1)
+    group = _group(share_broker, "leader")
+    with WireClient(share_broker.host, share_broker.port) as wire:
+        tid = _topic_id(wire, topic_name)
+        _produce_batch(wire, topic_name, b"a", b"b")
+        fetched = share_fetch(wire, group, "m", 0, [(tid, [0])])
+        assert _acquired(fetched) == [(0, 1, 1)]
+        acked = share_ack(wire, group, "m", 1, _acks(tid, 0, (0, 1, [ACCEPT])))
+        rows = list(_partitions(fetched).values()) + list(_partitions(acked).values())
+        assert [(r.error_code, r.current_leader.leader_id, r.current_leader.leader_epoch) for r in rows] == \
+            [(0, -1, -1), (0, -1, -1)]
+
+
 def test_share_session_epochs(share_broker, topic_name):
     share_broker.create_topic(topic_name, 1)
     group = _group(share_broker, "epochs", share_record_lock_duration_ms="60000")
@@ -488,6 +551,57 @@ def test_record_limit_mode_batch_size_and_renewals(share_broker, topic_name):
         assert [p.error_code for p in _partitions(r).values()] == [0]  # offset 0 was still m1's
 
 
+def test_redelivered_batches_shrink_as_their_delivery_count_nears_the_limit(share_broker, topic_name):
+    """Kafka's throttled redelivery (share.delivery.count.limit 5: from the 4th delivery, half the
+    batch; the last delivery one record alone)."""
+    share_broker.create_topic(topic_name, 1)
+    group = _group(share_broker, "throttle")
+    with WireClient(share_broker.host, share_broker.port) as wire:
+        tid = _topic_id(wire, topic_name)
+        _produce_batch(wire, topic_name, *[b"r%d" % i for i in range(16)])
+        runs = []
+        epoch = 0
+        for _ in range(5):
+            got = _acquired(share_fetch(wire, group, "m", epoch, [(tid, [0])] if epoch == 0 else ()))
+            epoch += 1
+            runs.append(got)
+            released = share_ack(wire, group, "m", epoch,
+                                 _acks(tid, 0, *[(f, last, [RELEASE]) for f, last, _ in got]))
+            epoch += 1
+            assert [p.error_code for p in _partitions(released).values()] == [0]
+        assert runs == [[(0, 15, 1)], [(0, 15, 2)], [(0, 15, 3)], [(0, 7, 4)], [(0, 0, 5)]]
+
+
+def test_acknowledging_records_fetched_before_a_restart(minibroker_factory, topic_name):
+    """Kafka's answers after a restart: the old share session is gone (SHARE_SESSION_NOT_FOUND); in a new
+    session, a share partition no fetch has loaded since the start is UNKNOWN_TOPIC_OR_PARTITION; once
+    loaded, the records are no longer this member's (acquisitions are not persisted): INVALID_RECORD_STATE."""
+    broker = minibroker_factory(SHARE_OVERRIDES)
+    broker.create_topic(topic_name, 1)
+    group = _group(broker, "restart-acks")
+    with WireClient(broker.host, broker.port) as wire:
+        tid = _topic_id(wire, topic_name)
+        _produce_batch(wire, topic_name, b"a", b"b", b"c")
+        assert _acquired(share_fetch(wire, group, "m1", 0, [(tid, [0])])) == [(0, 2, 1)]
+    broker.restart()
+    accept = _acks(tid, 0, (0, 2, [ACCEPT]))
+    with WireClient(broker.host, broker.port) as wire:
+        assert share_ack(wire, group, "m1", 1, accept).error_code == E.SHARE_SESSION_NOT_FOUND
+        assert share_fetch(wire, group, "m1", 0).error_code == 0  # a new, empty session
+        r = share_ack(wire, group, "m1", 1, accept)
+        assert [p.error_code for p in _partitions(r).values()] == [E.UNKNOWN_TOPIC_OR_PARTITION]
+        deadline = time.monotonic() + 15
+        while True:  # m2 loads the share partition (COORDINATOR_NOT_AVAILABLE while the state loads)
+            fetched = share_fetch(wire, group, "m2", 0, [(tid, [0])])
+            codes = [p.error_code for p in _partitions(fetched).values()]
+            if codes == [0] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert _acquired(fetched) == [(0, 2, 1)]  # the acquisition was not persisted: a first delivery
+        r = share_ack(wire, group, "m1", 2, accept)
+        assert [p.error_code for p in _partitions(r).values()] == [E.INVALID_RECORD_STATE]
+
+
 def test_a_long_poll_wakes_on_an_append(share_broker, topic_name):
     share_broker.create_topic(topic_name, 1)
     group = _group(share_broker, "longpoll")
@@ -505,6 +619,32 @@ def test_a_long_poll_wakes_on_an_append(share_broker, topic_name):
             waiting.join(30)
         # had the append not woken it, the fetch would have timed out empty (no second look at the log)
         assert _acquired(answer["r"]) == [(0, 0, 1)]
+
+
+def test_min_bytes_holds_the_answer_until_enough_is_readable(share_broker, topic_name):
+    """MinBytes: a small append does not end the wait (as it would with MinBytes 1); one that brings the
+    readable bytes to MinBytes does, and both batches are acquired. On MaxWaitMs, whatever there is."""
+    share_broker.create_topic(topic_name, 1)
+    group = _group(share_broker, "minbytes")
+    with WireClient(share_broker.host, share_broker.port) as wire:
+        tid = _topic_id(wire, topic_name)
+        assert _acquired(share_fetch(wire, group, "m", 0, [(tid, [0])])) == []
+        answer = {}
+        waiting = threading.Thread(target=lambda: answer.update(
+            r=share_fetch(wire, group, "m", 1, max_wait_ms=20000, min_bytes=2000)))
+        waiting.start()
+        try:
+            with WireClient(share_broker.host, share_broker.port) as producer:
+                _produce_batch(producer, topic_name, b"small")
+                time.sleep(0.5)  # the small append has woken the fetch, which goes on waiting
+                assert waiting.is_alive()
+                _produce_batch(producer, topic_name, b"x" * 3000)
+        finally:
+            waiting.join(30)
+        assert _acquired(answer["r"]) == [(0, 1, 1)]
+        _produce_batch(wire, topic_name, b"tiny")
+        late = share_fetch(wire, group, "m", 2, max_wait_ms=300, min_bytes=1 << 20)
+        assert _acquired(late) == [(2, 2, 1)]
 
 
 def test_a_long_poll_does_not_hand_out_a_recreated_topic_under_the_old_id(minibroker_factory, topic_name):

@@ -437,3 +437,17 @@ SharePartitionMachine.TestCase.settings = settings(
     max_examples=60, stateful_step_count=25, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 test_share_partition_state_machine = SharePartitionMachine.TestCase
+
+
+def test_throttled_redelivery_halves_the_batch_from_half_the_limit_on():
+    """share.delivery.count.limit 10: the threshold is 5 deliveries; then 16 >> 1, >> 2, >> 3, and the
+    last delivery alone; the rest of the batch follows in later fetches, one piece at a time."""
+    sp = SharePartition(0, delivery_limit=10)
+    batches = [LogBatch(0, 15), LogBatch(16, 31)]
+    pieces = []
+    for now in range(0, 110, 11):
+        got = sp.acquire("m", batches, now_ms=now, lock_ms=10, max_records=500)
+        pieces.append([(a.first_offset, a.last_offset, a.delivery_count) for a in got])
+        sp.expire(now + 11)
+    assert pieces == [[(0, 31, 1)], [(0, 31, 2)], [(0, 31, 3)], [(0, 31, 4)], [(0, 31, 5)],
+                      [(0, 7, 6)], [(0, 3, 7)], [(0, 1, 8)], [(0, 0, 9)], [(0, 0, 10)]]

@@ -386,8 +386,8 @@ _BROKER_KEYS = [
     _k("group.share.max.size", _INT, 200, "Most members in one share group; one more gets "
        "GROUP_MAX_SIZE_REACHED.", validator=Between(1, 1000)),
     _k("group.share.assignors", _LIST, ["simple"],
-       "Share group assignors; 'simple' (every member may read every partition of its subscribed "
-       "topics) is the only one.", validator=ListOf("simple")),
+       "Share group assignors; 'simple' (partitions spread over the members, shared when members "
+       "outnumber them) is the only one.", validator=ListOf("simple")),
     _k("group.share.max.share.sessions", _INT, 2000,
        "Share sessions (one per share consumer and broker) this broker holds at most; a ShareFetch opening "
        "one more gets SHARE_SESSION_LIMIT_REACHED after its MaxWaitMs.", validator=AtLeast(1)),

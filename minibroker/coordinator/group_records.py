@@ -215,12 +215,13 @@ def decode_key(buf) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | S
     if version in (5, 7, 8):
         group = r.nullable_string("group") or ""
         return ConsumerGroupKey(version, group, r.nullable_string("member") or "")
-    if version in (SHARE_GROUP_METADATA, SHARE_GROUP_TARGET_ASSIGNMENT_METADATA):
+    if version in (SHARE_GROUP_METADATA, SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+                   SHARE_GROUP_STATE_PARTITION_METADATA):
         return ShareGroupKey(version, r.nullable_string("group") or "")
     if version in _SHARE_PER_MEMBER:
         group = r.nullable_string("group") or ""
         return ShareGroupKey(version, group, r.nullable_string("member") or "")
-    return None  # 9, 15+: records of share or streams groups this coordinator does not keep
+    return None  # 9 (Kafka 4.0 only), 16+: records this coordinator does not keep
 
 
 def decode_offset_commit_value(buf) -> OffsetCommitValue:
@@ -514,13 +515,14 @@ SHARE_GROUP_METADATA = 11
 SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
 SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
 SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
+SHARE_GROUP_STATE_PARTITION_METADATA = 15
 _SHARE_PER_MEMBER = (SHARE_GROUP_MEMBER_METADATA, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
                      SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT)
 
 
 class ShareGroupKey(NamedTuple):
-    """A key of a share group record: ``record_type`` is its version (10-14); ``member`` is "" for the
-    group-wide records (11, 12)."""
+    """A key of a share group record: ``record_type`` is its version (10-15); ``member`` is "" for the
+    group-wide records (11, 12, 15)."""
 
     record_type: int
     group: str
@@ -590,3 +592,62 @@ def decode_share_current_assignment_value(buf) -> ShareCurrentAssignmentValue:
 
 # ShareGroupTargetAssignmentMember (13) and ShareGroupTargetAssignmentMetadata (12) share the value
 # layouts of the consumer group records 7 and 6: encode_target_assignment_value, encode_epoch_value.
+
+
+# ShareGroupStatePartitionMetadata (15, Kafka 4.1+): which partitions' share state the group has asked the
+# share coordinator to initialize (InitializingTopics), has initialized (InitializedTopics) and is
+# deleting (DeletingTopics). Topics are {topic id: (name, partitions)}; deleting ones {topic id: name}.
+TopicPartitionsInfo = dict[bytes, tuple[str, set[int]]]
+
+
+class ShareStatePartitionMetadataValue(NamedTuple):
+    initializing: TopicPartitionsInfo
+    initialized: TopicPartitionsInfo
+    deleting: dict[bytes, str]
+
+
+def _write_topic_partitions_info(out: bytearray, topics: TopicPartitionsInfo) -> None:
+    items = sorted((t, v) for t, v in topics.items() if v[1])
+    write_array_len(out, len(items), True)
+    for topic_id, (name, partitions) in items:
+        out += topic_id
+        write_string(out, name, True)
+        write_array_len(out, len(partitions), True)
+        for p in sorted(partitions):
+            out += I32.pack(p)
+        write_tagged_fields(out, ())
+
+
+def _read_topic_partitions_info(r: RecordReader) -> TopicPartitionsInfo:
+    out: TopicPartitionsInfo = {}
+    for _ in range(r.nullable_array_len() or 0):
+        topic_id = r.raw(16)
+        name = r.string("topicName")
+        out[topic_id] = (name, {r.i32() for _ in range(r.nullable_array_len() or 0)})
+        r.skip_tagged_fields()
+    return out
+
+
+def encode_share_state_partition_metadata_value(v: ShareStatePartitionMetadataValue) -> bytes:
+    out = _value_header()
+    _write_topic_partitions_info(out, v.initializing)
+    _write_topic_partitions_info(out, v.initialized)
+    write_array_len(out, len(v.deleting), True)
+    for topic_id, name in sorted(v.deleting.items()):
+        out += topic_id
+        write_string(out, name, True)
+        write_tagged_fields(out, ())
+    write_tagged_fields(out, ())
+    return bytes(out)
+
+
+def decode_share_state_partition_metadata_value(buf) -> ShareStatePartitionMetadataValue:
+    r = _flexible_value(buf)
+    initializing = _read_topic_partitions_info(r)
+    initialized = _read_topic_partitions_info(r)
+    deleting: dict[bytes, str] = {}
+    for _ in range(r.nullable_array_len() or 0):
+        topic_id = r.raw(16)
+        deleting[topic_id] = r.string("topicName")
+        r.skip_tagged_fields()
+    return ShareStatePartitionMetadataValue(initializing, initialized, deleting)

@@ -60,6 +60,8 @@ class ShareGroup:
         self.metadata_hash = 0  # of the subscribed topics that exist: ids and partition counts
         self.members: dict[str, ShareMember] = {}
         self.target: dict[str, TopicAssignment] = {}  # member id -> target assignment
+        # topic id -> (name, partitions) whose share state is initialized (ShareGroupStatePartitionMetadata)
+        self.initialized: dict[bytes, tuple[str, set[int]]] = {}
 
     def __repr__(self) -> str:
         return f"ShareGroup({self.group_id!r}, {self.state}, epoch {self.group_epoch})"

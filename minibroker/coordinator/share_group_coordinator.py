@@ -13,9 +13,11 @@ create the group (a group of another type: GROUP_ID_NOT_FOUND), check its size (
 ``group.share.max.size``), find or create the member (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH), update
 its subscription; a changed subscription, or a change in the subscribed topics (created, deleted, grown),
 bumps the group epoch; a group epoch ahead of the target assignment epoch gives a new target from the
-simple assignor (every member gets every partition of the subscribed topics that exist), and the member
-moves to its target at once. The records describing the change are appended to ``__consumer_offsets``
-before the answer; if the append fails the group is restored and the error returned.
+simple assignor (share_assignor.py: partitions spread over the members, sticky), and the member
+moves to its target at once. Partitions first assignable are recorded as initializing, then initialized
+(ShareGroupStatePartitionMetadata, see ``_initialize_records``). The records describing the change are
+appended to ``__consumer_offsets`` before the answer; if the append fails the group is restored and the
+error returned.
 
 A member that leaves, or whose session times out (``share.session.timeout.ms``), is removed. The records
 it had acquired are not released here, as in Kafka: librdkafka's close() sends the leave heartbeat and the
@@ -39,20 +41,24 @@ from minibroker.coordinator.group_records import (
     SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
     SHARE_GROUP_MEMBER_METADATA,
     SHARE_GROUP_METADATA,
+    SHARE_GROUP_STATE_PARTITION_METADATA,
     SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
     SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
     ShareCurrentAssignmentValue,
     ShareGroupMetadataValue,
     ShareMemberMetadataValue,
+    ShareStatePartitionMetadataValue,
     decode_epoch_value,
     decode_share_current_assignment_value,
     decode_share_group_metadata_value,
     decode_share_member_metadata_value,
+    decode_share_state_partition_metadata_value,
     decode_target_assignment_value,
     encode_share_current_assignment_value,
     encode_share_group_key,
     encode_share_group_metadata_value,
     encode_share_member_metadata_value,
+    encode_share_state_partition_metadata_value,
 )
 from minibroker.coordinator.modern_group import (
     GroupChanges,
@@ -61,6 +67,7 @@ from minibroker.coordinator.modern_group import (
     check_member_epoch,
 )
 from minibroker.coordinator.modern_group import fail as _fail
+from minibroker.coordinator.share_assignor import simple_assign
 from minibroker.coordinator.share_group import (
     LEAVE_EPOCH,
     STABLE,
@@ -144,15 +151,20 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
                 h.update(name.encode("utf-8") + b"\0" + bytes(info.id) + info.partitions.to_bytes(4, "big"))
         return int.from_bytes(h.digest(), "big", signed=True) if group.members else 0
 
-    def _simple_assignment(self, member: ShareMember) -> TopicAssignment:
-        """The simple assignor: every partition of every subscribed topic that exists."""
+    def _simple_assignment(self, group: ShareGroup) -> dict[str, TopicAssignment]:
+        """The simple assignor (share_assignor.py) over the subscribed topics that exist, sticky to the
+        current target."""
         topics = self._topics()
-        out: TopicAssignment = {}
-        for name in member.subscribed_topic_names:
-            info = topics.get(name)
-            if info is not None and info.partitions > 0:
-                out[bytes(info.id)] = set(range(info.partitions))
-        return out
+        subscriptions: dict[str, list[bytes]] = {}
+        counts: dict[bytes, int] = {}
+        for m in group.members.values():
+            ids = subscriptions[m.member_id] = []
+            for name in m.subscribed_topic_names:
+                info = topics.get(name)
+                if info is not None and info.partitions > 0:
+                    ids.append(bytes(info.id))
+                    counts[bytes(info.id)] = info.partitions
+        return simple_assign(subscriptions, counts, group.target)
 
     # -- ShareGroupHeartbeat --------------------------------------------------------------------
 
@@ -249,7 +261,7 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
                 changes.current.add(member_id)
             if created:
                 self.groups[group.group_id] = group
-            self.gc.store.append(group.group_id, changes.records(group))
+            self.gc.store.append(group.group_id, changes.records(group) + self._initialize_records(group))
         except Exception:
             if created:
                 self.groups.pop(group.group_id, None)
@@ -265,9 +277,57 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
                                self.heartbeat_interval(group.group_id),
                                member.assigned if epoch == 0 or changed else None)
 
+    # -- share-partition state initialization ------------------------------------------------------
+
+    def _state_metadata_record(self, group: ShareGroup, initializing=None, deleting=None
+                               ) -> tuple[bytes, bytes]:
+        value = ShareStatePartitionMetadataValue(initializing or {}, group.initialized, deleting or {})
+        return (encode_share_group_key(SHARE_GROUP_STATE_PARTITION_METADATA, group.group_id),
+                encode_share_state_partition_metadata_value(value))
+
+    def _initialize_records(self, group: ShareGroup) -> list[tuple[bytes, bytes | None]]:
+        """The partitions of the members' subscribed topics whose share state the group has not
+        initialized yet are initialized now, as Kafka's group coordinator does when they are first
+        assignable: a ShareGroupStatePartitionMetadata record listing them as initializing, the
+        initialization, then one listing them as initialized. Here the share coordinator is in-process
+        and its initialization of a partition with no state is "start where share.auto.offset.reset
+        says at the first fetch" (Kafka's start offset -1), which a partition without a
+        ``__share_group_state`` entry already means; so both records go in the heartbeat's append."""
+        topics = self._topics()
+        pending: dict[bytes, tuple[str, set[int]]] = {}
+        for name in sorted(group.subscribed_topic_names()):
+            info = topics.get(name)
+            if info is None or info.partitions <= 0:
+                continue
+            topic_id = bytes(info.id)
+            done = group.initialized.get(topic_id, (name, set()))[1]
+            missing = set(range(info.partitions)) - done
+            if missing:
+                pending[topic_id] = (name, missing)
+        if not pending:
+            return []
+        records = [self._state_metadata_record(group, initializing=pending)]
+        for topic_id, (name, partitions) in pending.items():
+            done = group.initialized.get(topic_id, (name, set()))[1]
+            group.initialized[topic_id] = (name, done | partitions)
+        records.append(self._state_metadata_record(group))
+        log.info("group %s: share state initialized for %s", group.group_id,
+                 {name: sorted(ps) for name, ps in pending.values()})
+        return records
+
+    def _uninitialize(self, group: ShareGroup, topic_ids: set[bytes]) -> list[tuple[bytes, bytes | None]]:
+        """Topics whose share state is deleted leave the initialized set: a record listing them as
+        deleting, then one without them (Kafka's DeletingTopics, cleared once the deletion is done)."""
+        deleting = {t: group.initialized[t][0] for t in topic_ids if t in group.initialized}
+        if not deleting:
+            return []
+        first = self._state_metadata_record(group, deleting=deleting)
+        for topic_id in deleting:
+            del group.initialized[topic_id]
+        return [first, self._state_metadata_record(group)]
+
     def _update_target(self, group: ShareGroup, changes: _Changes) -> None:
-        self._set_target(group, {m.member_id: self._simple_assignment(m) for m in group.members.values()},
-                         changes)
+        self._set_target(group, self._simple_assignment(group), changes)
         log.info("group %s: new share target assignment at epoch %d", group.group_id, group.assignment_epoch)
 
     # -- leaving and fencing --------------------------------------------------------------------
@@ -314,7 +374,8 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
             for record_type in (SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER,
                                 SHARE_GROUP_MEMBER_METADATA):
                 entries.append((encode_share_group_key(record_type, gid, member_id), None))
-        for record_type in (SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, SHARE_GROUP_METADATA):
+        for record_type in (SHARE_GROUP_STATE_PARTITION_METADATA, SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+                            SHARE_GROUP_METADATA):
             entries.append((encode_share_group_key(record_type, gid), None))
         self.gc.store.append(gid, entries)
         self.groups.pop(gid, None)
@@ -336,6 +397,17 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
                                         group_id, e)
             if partitions is not None:
                 partitions.forget(group_id, {topic_id})
+            self._append_uninitialized(self.groups[group_id], {topic_id})
+
+    def _append_uninitialized(self, group: ShareGroup, topic_ids: set[bytes]) -> None:
+        snap = dict(group.initialized)
+        try:
+            records = self._uninitialize(group, topic_ids)
+            if records:
+                self.gc.store.append(group.group_id, records)
+        except KafkaError as e:
+            group.initialized = snap
+            log.warning("group %s: could not write its share state metadata: %s", group.group_id, e)
 
     # -- share-group offsets (admin) ------------------------------------------------------------
 
@@ -421,6 +493,15 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
         current = state.read(group_id, topic_id, partition)
         state_epoch = current.state_epoch + 1 if current is not None else 0
         state.initialize(group_id, topic_id, partition, start_offset, state_epoch)
+        group = self.groups.get(group_id)
+        if group is not None and partition not in group.initialized.get(topic_id, ("", set()))[1]:
+            name, done = group.initialized.get(topic_id, (topic, set()))
+            group.initialized[topic_id] = (name, done | {partition})
+            try:
+                self.gc.store.append(group_id, [self._state_metadata_record(group)])
+            except KafkaError as e:
+                group.initialized[topic_id] = (name, done)
+                log.warning("group %s: could not write its share state metadata: %s", group_id, e)
         return E.NONE
 
     def forget(self, group_id: str, topic_ids: set[bytes]) -> None:
@@ -439,6 +520,9 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
             if tid == topic_id:
                 state.delete(group_id, tid, partition)
         self.forget(group_id, {topic_id})
+        group = self.groups.get(group_id)
+        if group is not None:
+            self._append_uninitialized(group, {topic_id})
         return E.NONE
 
     # -- loading --------------------------------------------------------------------------------
@@ -453,6 +537,9 @@ class ShareGroupCoordinator(ModernGroupCoordinator):
         group.group_epoch, group.metadata_hash = meta.epoch, meta.metadata_hash
         value = records.get((SHARE_GROUP_TARGET_ASSIGNMENT_METADATA, ""))
         group.assignment_epoch = decode_epoch_value(value) if value is not None else 0
+        value = records.get((SHARE_GROUP_STATE_PARTITION_METADATA, ""))
+        if value is not None:
+            group.initialized = decode_share_state_partition_metadata_value(value).initialized
         for (record_type, member_id), value in records.items():
             if record_type != SHARE_GROUP_MEMBER_METADATA or value is None:
                 continue

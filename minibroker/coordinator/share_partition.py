@@ -218,25 +218,34 @@ class SharePartition:
         if fetch_offset is None:
             fetch_offset = self.next_fetch_offset()
         cursor = min(max(fetch_offset, self.start_offset), self.end_offset)
-        spans: list[tuple[int, int, int]] = []
+        spans: list[tuple[int, int, int, int]] = []  # first, last, kind, records in the whole batch
         for batch in batches:
             if batch.last_offset < cursor:
                 continue
             if batch.base_offset > cursor:
-                spans.append((cursor, batch.base_offset - 1, _GONE))
+                spans.append((cursor, batch.base_offset - 1, _GONE, 0))
             if batch.is_control:
                 kind = _CONTROL
             elif aborted and batch.is_transactional and _aborted(batch, aborted):
                 kind = _ABORTED
             else:
                 kind = _DATA
-            spans.append((max(batch.base_offset, cursor), batch.last_offset, kind))
+            spans.append((max(batch.base_offset, cursor), batch.last_offset, kind,
+                          batch.last_offset - batch.base_offset + 1))
             cursor = batch.last_offset + 1
         deadline = now_ms + lock_ms
         out: list[AcquiredRecords] = []
         taken = 0
         stop = False
-        for a, b, kind in spans:
+        for a, b, kind, batch_records in spans:
+            batch_cap = self._throttled_cap(a, b, batch_records) if kind == _DATA else None
+            if batch_cap is not None:
+                if taken:  # a throttled batch is delivered in a fetch of its own
+                    break
+                max_records = min(max_records, batch_cap)
+                stop_after_batch = True
+            else:
+                stop_after_batch = False
             for run in list(self._logical(a, b)):
                 if run.state != AVAILABLE:
                     continue
@@ -255,7 +264,7 @@ class SharePartition:
                 room = max_records - taken
                 if new:
                     room = min(room, self.max_in_flight - (self.end_offset - self.start_offset))
-                if strict and last - first + 1 > room:
+                if (strict or batch_cap is not None) and last - first + 1 > room:
                     last = first + room - 1
                     stop = True
                 if self.delivery_limit > 2 and run.count == self.delivery_limit - 1:
@@ -274,11 +283,23 @@ class SharePartition:
                     out.append(AcquiredRecords(first, last, count))
                 if stop:
                     break
-            if stop:
+            if stop or (stop_after_batch and taken):
                 break
         self._normalize()
         self._advance_start()
         return out
+
+    def _throttled_cap(self, first: int, last: int, batch_records: int) -> int | None:
+        """How many records of the log batch [first, last] one fetch may take when its redelivery is
+        throttled, else None. As Kafka's SharePartition: once an available record of the batch has been
+        delivered ``ceil(limit / 2)`` times (at least 2), the batch goes out in pieces halved at each
+        further delivery (``records >> (count - threshold + 1)``, at least 1), so that a poison record
+        takes fewer of its neighbours to the delivery limit."""
+        threshold = max(2, -(-self.delivery_limit // 2))
+        for run in self._logical(first, last):
+            if run.state == AVAILABLE and run.count >= threshold:
+                return max(1, batch_records >> (run.count - threshold + 1))
+        return None
 
     # -- acknowledging -----------------------------------------------------------------------------
 

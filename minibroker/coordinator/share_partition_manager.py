@@ -29,9 +29,9 @@ synchronous; ShareFetch/ShareAcknowledge (B2) and the admin APIs (C) call it.
 - A topic deleted (or deleted and recreated: another topic id) drops its cached share partitions; calls
   then answer UNKNOWN_TOPIC_OR_PARTITION.
 
-Gaps: Kafka shrinks redelivered batches progressively as their delivery count nears the limit; here they
-go whole until their last attempt (which goes alone, as in Kafka). AcquiredRecords come as one run per
-contiguous range with one delivery count; cutting them to the request's BatchSize is the handler's.
+Redelivered batches shrink as their delivery count nears the limit, and a last attempt goes alone, as in
+Kafka (share_partition.py). AcquiredRecords come as one run per contiguous range with one delivery count;
+cutting them to the request's BatchSize is the handler's.
 """
 
 from __future__ import annotations
@@ -345,6 +345,40 @@ class SharePartitionManager:
             if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self._drop(key)
             return PartitionFetch(e.code, EMPTY, [])
+
+    def fetchable_bytes(self, group_id: str, topic: str, partition: int, *, wanted: int) -> int:
+        """Bytes of log a fetch could take now, from the next fetch offset to the high watermark (the
+        last stable offset under read_committed), counted up to ``wanted``: what a ShareFetch's MinBytes
+        is held against before anything is acquired, as Kafka's DelayedShareFetch measures it. An error
+        counts as ``wanted``: the fetch answers it at once."""
+        key = (group_id, topic, partition)
+        try:
+            entry = self._entry(key)
+            sp = entry.sp
+            self._configure(group_id, sp)
+            self._expire(entry, _now_ms())
+            replicas = self.broker.replicas
+            plog = replicas.get_log(topic, partition)
+            limit = replicas.last_stable_offset(topic, partition) if self._read_committed(group_id) \
+                else plog.high_watermark
+            offset = max(sp.next_fetch_offset(), plog.log_start_offset)
+            if offset == sp.end_offset and sp.at_capacity():
+                return 0
+            total = 0
+            for _ in range(_MAX_READS):
+                if offset >= limit or total >= wanted:
+                    break
+                region = plog.read(offset, wanted - total, min_one_entry=True, max_offset=limit).region
+                if region is None or not region.size:
+                    break
+                spans = read_spans(region, offset)
+                if not spans:
+                    break
+                total += region.size
+                offset = spans[-1].batch.last_offset + 1
+            return total
+        except KafkaError:
+            return wanted
 
     def acknowledge(self, group_id: str, member_id: str, topic: str, partition: int,
                     batches: list[tuple[int, int, list[int]]], *, allow_renew: bool) -> ErrorCode:

@@ -20,8 +20,9 @@ request), READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 Version notes: v0 was Kafka 4.0's early access and is not served (Kafka 4.1+ serve v1+). v2 adds
 IsRenewAck: with it set, type 4 (renew) extends a record's lock and keeps it acquired; without it,
 type 4 is INVALID_REQUEST.
-Gaps: CurrentLeader is always this node (leader epoch 0) and NodeEndpoints empty: one node leads every
-partition. No quotas.
+CurrentLeader is -1/-1 (Kafka fills it only for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH), NodeEndpoints
+empty.
+Gaps: no quotas.
 """
 
 from __future__ import annotations
@@ -59,8 +60,7 @@ def handle_share_acknowledge(broker, header, request):
     results = share.apply_acknowledgements(broker, names, group_id, member_id, acks, allow_renew=allow_renew)
     if epoch == FINAL_EPOCH:
         sessions.close(group_id, member_id)
-    leader = share.current_leader(broker)
     rows = {key: Struct(partition_index=key[1], error_code=int(code), error_message=message,
-                        current_leader=leader)
+                        current_leader=share.current_leader(broker, code))
             for key, (code, message) in results.items()}
     return _response(responses=share.grouped(rows), lock_ms=share.lock_timeout_ms(broker, group_id))

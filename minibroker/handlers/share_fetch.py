@@ -42,8 +42,11 @@ acknowledgements whose type 4 extends locks, must have MaxBytes, MinBytes, MaxRe
 Quotas: MaxBytes is capped at ``fetch.max.bytes`` and, with a consumer_byte_rate quota for the client,
 at what the quota window allows in one go, as Kafka caps a ShareFetch; the answer itself is not throttled
 (its records are acquired already), as in Kafka, where only error answers go through the request quota.
-Gaps: MinBytes is taken as 1 (an answer goes out as soon as anything was acquired); CurrentLeader is
-always this node (leader epoch 0) and NodeEndpoints empty.
+CurrentLeader is -1/-1 (Kafka fills it only for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH), NodeEndpoints
+empty.
+MinBytes above 1 (with MaxWaitMs > 0): nothing is acquired until the session's partitions could give that
+many bytes (the log from each next fetch offset to the high watermark, as Kafka's DelayedShareFetch counts
+before acquiring), or MaxWaitMs ends; then whatever there is.
 """
 
 from __future__ import annotations
@@ -117,6 +120,7 @@ class ShareFetchPlan:
         self.rows: dict[tuple[bytes, int], Struct] = {}  # the fetch part of the latest attempt
         self.acquired = 0
         self.fetchable: list[tuple[bytes, str, int]] = []  # (topic id, name, partition) without errors
+        self.fetchable_only = False  # the last pass held back for MinBytes: nothing was tried
         self._watches: list = []
 
     # -- the session ------------------------------------------------------------------------------
@@ -157,14 +161,44 @@ class ShareFetchPlan:
     def _row(self, partition: int, error=ErrorCode.NONE, message=None, records=EMPTY, runs=()) -> Struct:
         return Struct(partition_index=partition, error_code=int(error), error_message=message,
                       acknowledge_error_code=0, acknowledge_error_message=None,
-                      current_leader=current_leader(self.broker), records=records,
+                      current_leader=current_leader(self.broker, error), records=records,
                       acquired_records=[Struct(first_offset=f, last_offset=last, delivery_count=c)
                                         for f, last, c in runs])
 
-    def acquire(self) -> None:
-        """One pass over the session's partitions, from scratch (a long poll's retry redoes it)."""
+    def holds_for_min_bytes(self) -> bool:
+        """True when MinBytes (above 1) is not met by what the fetchable partitions could give now: then
+        nothing is acquired until it is, or until MaxWaitMs ends (Kafka's DelayedShareFetch: it checks
+        the bytes readable before acquiring, and on expiry acquires whatever there is)."""
+        r = self.request
+        if r.min_bytes <= 1 or r.max_wait_ms <= 0 or r.max_records <= 0 or r.max_bytes <= 0:
+            return False
+        wanted = min(r.min_bytes, self.max_bytes)
+        total = 0
+        manager = self.broker.share_partitions
+        for _, name, partition in self.fetchable:
+            total += manager.fetchable_bytes(self.group_id, name, partition, wanted=wanted - total)
+            if total >= wanted:
+                return False
+        return True
+
+    def acquire(self, *, wait_for_min_bytes: bool = False) -> None:
+        """One pass over the session's partitions, from scratch (a long poll's retry redoes it). With
+        ``wait_for_min_bytes``, nothing is acquired while MinBytes is not met (the partitions' errors and
+        the fetchable list are still found)."""
         request = self.request
         self.rows, self.acquired, self.fetchable = {}, 0, []
+        if wait_for_min_bytes:
+            for topic_id, partition in self.session.partitions:
+                error = self.names.error(topic_id)
+                if error:
+                    self.rows[(topic_id, partition)] = self._row(partition, error)
+                else:
+                    self.fetchable.append((topic_id, self.names.name(topic_id), partition))
+            if self.holds_for_min_bytes():
+                self.fetchable_only = True
+                return
+            self.rows, self.fetchable = {}, []
+        self.fetchable_only = False
         records_left = min(request.max_records, self.broker.config["share.fetch.max.fetch.records"])
         bytes_left = self.max_bytes
         keys = list(self.session.partitions)
@@ -268,10 +302,13 @@ async def _long_poll(plan: ShareFetchPlan, deadline: float) -> Struct:
             if not done or not plan.still_current():
                 break
             plan.look_again()
-            plan.acquire()
+            plan.acquire(wait_for_min_bytes=True)
             if not plan.can_wait():
                 break
             plan.watch()
+        if plan.fetchable_only and plan.still_current():  # MaxWaitMs is over: whatever there is
+            plan.look_again()
+            plan.acquire()
     finally:
         plan.unwatch()
     return plan.response()
@@ -306,7 +343,7 @@ def handle_share_fetch(broker, header, request):
         return plan.response()
     if plan.renew:
         return plan.response()
-    plan.acquire()
+    plan.acquire(wait_for_min_bytes=True)
     if not plan.can_wait():
         return plan.response()
     plan.watch()

@@ -41,8 +41,12 @@ def check_group_and_member(broker, header, request) -> tuple[str, str]:
     return group_id, member_id
 
 
-def current_leader(broker) -> Struct:
-    return Struct(leader_id=broker.node_id, leader_epoch=LEADER_EPOCH)
+def current_leader(broker, error=ErrorCode.NONE) -> Struct:
+    """A partition's CurrentLeader: -1/-1 unless the error says the client has the wrong leader, as Kafka
+    fills it only for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH."""
+    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+        return Struct(leader_id=broker.node_id, leader_epoch=LEADER_EPOCH)
+    return Struct(leader_id=-1, leader_epoch=-1)
 
 
 class TopicNames:

@@ -23,6 +23,7 @@ from minibroker.storage.checkpoints import uuid_to_str
 # A field: (JSON name, type). Types: "int8", "int32", "int64", "string", "string?" (nullable), "uuid",
 # "bytes", ("[]", element type) and a struct: a tuple of fields. A value schema is (fields, {tag: field}).
 _TOPIC_PARTITIONS = (("topicId", "uuid"), ("partitions", ("[]", "int32")))
+_TOPIC_PARTITIONS_INFO = (("topicId", "uuid"), ("topicName", "string"), ("partitions", ("[]", "int32")))
 _TOPIC_METADATA = (
     ("topicId", "uuid"), ("topicName", "string"), ("numPartitions", "int32"),
     ("partitionMetadata", ("[]", (("partition", "int32"), ("racks", ("[]", "string"))))),
@@ -63,8 +64,9 @@ _VALUES: dict[int, tuple[tuple, dict]] = {
     13: ((("topicPartitions", ("[]", _TOPIC_PARTITIONS)),), {}),
     14: ((("memberEpoch", "int32"), ("previousMemberEpoch", "int32"), ("state", "int8"),
           ("assignedPartitions", ("[]", _TOPIC_PARTITIONS))), {}),
-    15: ((("initializedTopics", ("[]", (("topicId", "uuid"), ("topicName", "string"),
-                                        ("partitions", ("[]", "int32"))))),
+    # Kafka 4.1+: initializingTopics first (4.0's early-access layout had initializedTopics first)
+    15: ((("initializingTopics", ("[]", _TOPIC_PARTITIONS_INFO)),
+          ("initializedTopics", ("[]", _TOPIC_PARTITIONS_INFO)),
           ("deletingTopics", ("[]", (("topicId", "uuid"), ("topicName", "string"))))), {}),
 }
 _OPTIONAL_TAIL = {11: "metadataHash"}  # a field older writers left out

@@ -237,7 +237,7 @@ def offsets_log(tmp_path, rows):
 
 def test_offsets_decoder_prints_every_group_record_type(tmp_path):
     """Types 3-15 (KIP-848 consumer groups, KIP-932 share groups) from the broker's own encoders, and the
-    two share records it does not write (9, 15) from their schema's bytes, as Kafka's JSON converters
+    share record it does not write (9, Kafka 4.0's) from its schema's bytes, as Kafka's JSON converters
     print them: field names, order, uuids, a tagged field only when present, errors and unknown types."""
     import base64
 
@@ -254,8 +254,8 @@ def test_offsets_decoder_prints_every_group_record_type(tmp_path):
     share_partition_metadata = (b"\x00\x00" + b"\x02" + tid + compact("t") + b"\x00\x00\x00\x03"
                                 + b"\x02" + b"\x00\x00\x00\x01" + b"\x02" + compact("r1") + b"\x00" + b"\x00"
                                 + b"\x00")
-    share_state_metadata = (b"\x00\x00" + b"\x02" + tid + compact("t") + b"\x02\x00\x00\x00\x07" + b"\x00"
-                            + b"\x01" + b"\x00")
+    share_state_metadata = gr.encode_share_state_partition_metadata_value(
+        gr.ShareStatePartitionMetadataValue({}, {tid: ("t", {7})}, {}))
     rows = [
         (gr.encode_group_record_key(3, "g"), gr.encode_epoch_value(7)),
         (gr.encode_group_record_key(4, "g"), gr.encode_partition_metadata_value({"t": (tid, 3)})),
@@ -313,8 +313,9 @@ def test_offsets_decoder_prints_every_group_record_type(tmp_path):
         f'{{"type":"14","data":{sm}}} payload: {{"version":"0","data":{{"memberEpoch":3,'
         '"previousMemberEpoch":2,'
         f'"state":0,"assignedPartitions":[{{"topicId":"{tid_text}","partitions":[0]}}]}}}}',
-        f'{{"type":"15","data":{s}}} payload: {{"version":"0","data":{{"initializedTopics":[{{"topicId":'
-        f'"{tid_text}","topicName":"t","partitions":[7]}}],"deletingTopics":[]}}}}',
+        f'{{"type":"15","data":{s}}} payload: {{"version":"0","data":{{"initializingTopics":[],'
+        f'"initializedTopics":[{{"topicId":"{tid_text}","topicName":"t","partitions":[7]}}],'
+        '"deletingTopics":[]}}',
         '{"type":"5","data":{"groupId":"g","memberId":"gone"}} payload: <DELETE>',
         "Error at offset 15, skipping. Could not read record with version 0 from value's buffer due to: "
         "record truncated.",
