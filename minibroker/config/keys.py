@@ -557,7 +557,9 @@ _BROKER_KEYS = [
     _k("max.connection.creation.rate", _INT, INT_MAX,
        "New connections per second, all listeners together, measured over quota.window.num windows of "
        "quota.window.size.seconds: over it, the broker waits the throttle time (at most one window) before "
-       "accepting the next connection. Per client address: the connection_creation_rate client quota "
+       "accepting the next connection. Per listener: listener.name.<listener>.max.connection.creation.rate "
+       "(defaults to this value; dynamically settable per broker or as the cluster default, as Kafka's "
+       "cluster-level listener keys). Per client address: the connection_creation_rate client quota "
        "(docs/security.md).", validator=AtLeast(0), dynamic=True),
     _k("quota.window.num", _INT, 11,
        "Samples kept per client quota sensor (docs/security.md, Quotas); rates are measured over them, "
