@@ -529,8 +529,11 @@ _BROKER_KEYS = [
     _k("replica.alter.log.dirs.io.max.bytes.per.second", _LONG, 9223372036854775807,
        "Bytes per second a partition move between log dirs (AlterReplicaLogDirs) copies at most.",
        validator=AtLeast(1), dynamic=True),
-    _k("queued.max.requests", _INT, 500, "Requests queued before network threads block.",
-       validator=AtLeast(1), no_effect=True),
+    _k("queued.max.requests", _INT, 500,
+       "Whole requests read and waiting to be handled, all connections together (a connection holds the "
+       "requests pipelined behind the one being answered). When reached, connections are not read, and a "
+       "request already read is not handled, until one is taken in, as Kafka's network threads block on "
+       "a full request queue.", validator=AtLeast(1)),
     _k("queued.max.request.bytes", _LONG, -1,
        "Request bytes all connections together may hold: each frame's size counts from the moment its "
        "size prefix arrives until it is handled. When reached, a connection that would start a new "

@@ -137,7 +137,7 @@ class SocketServer:
     """
 
     def __init__(self, broker, config):
-        from minibroker.server.connection import MemoryPool
+        from minibroker.server.connection import MemoryPool, RequestQueue
 
         self.broker = broker
         self.config = config
@@ -146,6 +146,7 @@ class SocketServer:
         self.per_address: dict[str, int] = {}
         queued_max = config["queued.max.request.bytes"]
         self.memory_pool = MemoryPool(queued_max) if queued_max > 0 else None
+        self.request_queue = RequestQueue(config["queued.max.requests"])
         self._accepting = False
         self._backoff: asyncio.TimerHandle | None = None
         # connection creation rates: max.connection.creation.rate and the ip client quotas
@@ -331,7 +332,7 @@ class SocketServer:
             sock.close()
             return
         conn = KafkaConnection(self.broker, self.config["socket.request.max.bytes"], listener.name,
-                               address=address, pool=self.memory_pool,
+                               address=address, pool=self.memory_pool, requests=self.request_queue,
                                security_protocol=listener.security_protocol, tls=listener.tls)
         task = self._loop.create_task(self._connect(sock, conn, listener.tls))
         self._pending.add(task)
