@@ -108,3 +108,56 @@ def test_queued_max_requests_holds_back_new_requests_while_the_queue_is_full(min
     assert _arrival_order(minibroker_factory({"queued.max.requests": "1"})) == ["A", "B"]
     # room for B: answered while A's fetch still waits
     assert _arrival_order(minibroker_factory({"queued.max.requests": "3"})) == ["B", "A"]
+
+
+THROTTLING_QUOTA_EXCEEDED = 89
+
+
+def _set_mutation_rate(broker, client_id: str, rate: float) -> None:
+    with WireClient(broker.host, broker.port) as wire:
+        response = wire.request(49, 0, {"validate_only": False, "entries": [{
+            "entity": [{"entity_type": "client-id", "entity_name": client_id}],
+            "ops": [{"key": "controller_mutation_rate", "value": rate, "remove": False}]}]})
+    assert [e.error_code for e in response.entries] == [0]
+
+
+def test_controller_mutation_rate_refuses_topic_changes_over_the_quota(minibroker_factory):
+    # KIP-599 as Kafka's ControllerMutationQuotaManager: a token bucket of rate x window.num x window.size
+    # (0.5 x 2 x 1 = 1 partition), one token per partition; a change is refused (89) only while the bucket
+    # is below zero, so the first, larger than the burst, goes through and takes it to -2 (4 s to refill)
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewPartitions, NewTopic
+    from kafka.errors import ThrottlingQuotaExceededError
+
+    broker = minibroker_factory({"controller.quota.window.num": "2",
+                                 "controller.quota.window.size.seconds": "1"})
+    broker.create_topic("keep", 1)
+    _set_mutation_rate(broker, "mutator", 0.5)
+
+    def admin_call(method, *args, client_id="mutator"):
+        # a client per call: a throttled answer pauses kafka-python's connection for the throttle time
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, client_id=client_id)
+        try:
+            return getattr(admin, method)(*args)
+        finally:
+            admin.close()
+
+    admin_call("create_topics", [NewTopic("burst", 3, 1)])  # CreateTopics v7: strict
+    assert broker.broker.logs.topics["burst"].partitions == 3
+    with pytest.raises(ThrottlingQuotaExceededError):
+        admin_call("create_topics", [NewTopic("over", 1, 1)])
+    with pytest.raises(ThrottlingQuotaExceededError):
+        admin_call("create_partitions", {"keep": NewPartitions(2)})
+    with pytest.raises(ThrottlingQuotaExceededError):
+        admin_call("delete_topics", ["burst"])
+    assert "over" not in broker.broker.logs.topics and "burst" in broker.broker.logs.topics
+    assert broker.broker.logs.topics["keep"].partitions == 1
+    admin_call("create_topics", [NewTopic("not-limited", 2, 1)], client_id="someone-else")  # no quota
+    # CreateTopics v5 predates the error: never refused, answered with the throttle time instead
+    with WireClient(broker.host, broker.port, client_id="mutator") as wire:
+        response = wire.request(19, 5, {"timeout_ms": 5000, "validate_only": False, "topics": [{
+            "name": "old-client", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+            "configs": []}]})
+    assert [t.error_code for t in response.topics] == [0]
+    assert response.throttle_time_ms > 0
+    assert "old-client" in broker.broker.logs.topics

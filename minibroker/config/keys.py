@@ -569,6 +569,13 @@ _BROKER_KEYS = [
        "never over less than quota.window.num - 1 whole windows.", importance="low", validator=AtLeast(1)),
     _k("quota.window.size.seconds", _INT, 1, "Length of each client quota sample, in seconds.",
        importance="low", validator=AtLeast(1)),
+    _k("controller.quota.window.num", _INT, 11,
+       "With controller.quota.window.size.seconds, the burst of the controller_mutation_rate client quota: "
+       "a client may mutate rate x num x size partitions at once before it is throttled (Kafka's token "
+       "bucket).", importance="low", validator=AtLeast(1)),
+    _k("controller.quota.window.size.seconds", _INT, 1,
+       "Seconds of each controller mutation quota window (see controller.quota.window.num).",
+       importance="low", validator=AtLeast(1)),
     _k("replica.lag.time.max.ms", _LONG, 30000, "Follower lag before it leaves the ISR.", no_effect=True),
     _k("replica.fetch.max.bytes", _INT, 1048576, "Follower fetch size per partition.", no_effect=True),
     _k("replica.fetch.wait.max.ms", _INT, 500, "Follower fetch wait.", no_effect=True),
