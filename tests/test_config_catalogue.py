@@ -48,8 +48,17 @@ def test_cluster_level_listener_rate_is_accepted_at_the_default_and_throttles_ac
     assert code == INVALID_REQUEST and "broker id must be specified" in message
     listener_rate = f"listener.name.{listener}.max.connection.creation.rate"
     assert _incremental_set(broker, "", listener_rate, "1") == (0, None)
-    node = str(broker.broker.node_id)
-    assert _incremental_set(broker, node, "max.connection.creation.rate", "1000") == (0, None)
+    # per broker (kafka-python's AlterConfigs v0-2 on the broker id) the broker-wide rate leaves room
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        response = admin.alter_configs([ConfigResource(ConfigResourceType.BROKER, str(broker.broker.node_id),
+                                                       configs={"max.connection.creation.rate": "1000"})])
+    finally:
+        admin.close()
+    assert response == {"broker": {str(broker.broker.node_id): "OK"}}
     rates = broker.broker.socket_server.connection_rates
     before = rates.broker_throttles
     socks = [socket.create_connection((broker.host, broker.port)) for _ in range(4)]
