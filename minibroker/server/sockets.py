@@ -23,7 +23,7 @@ SocketServer, Acceptor and ConnectionQuotas do (one event loop here instead of t
   is chosen from it); -1 keeps the OS's default (and its auto-tuning);
 - ``max.connection.creation.rate`` (broker-wide, and per listener as
   ``listener.name.<listener>.max.connection.creation.rate``: over it, the next accept waits the
-  throttle time) and
+  throttle time; every listener waits meanwhile, where Kafka's acceptor of that listener waits alone) and
   the ``connection_creation_rate`` client quota per address (over it, the connection is held without
   an answer for the throttle time, then closed), measured as Kafka's ConnectionQuotas measures them
   (minibroker/services/quotas.py);
