@@ -170,3 +170,22 @@ def test_controller_mutation_rate_refuses_topic_changes_over_the_quota(minibroke
     assert [t.error_code for t in response.topics] == [0]
     assert response.throttle_time_ms > 0
     assert "old-client" in broker.broker.logs.topics
+
+
+def test_kafka_4_broker_keys_are_described_and_dynamic_as_in_kafka_4(minibroker_factory):
+    # keys Kafka 4.0 added: DescribeConfigs lists them with Kafka's defaults, and the dynamic one
+    # (remote.list.offsets.request.timeout.ms, KIP-1075) may be the cluster default
+    pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    broker = minibroker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    resource = ConfigResource("broker", str(broker.broker.node_id))
+    configs = admin.describe_configs([resource])[resource].result(10)
+    assert configs["remote.list.offsets.request.timeout.ms"].value == "30000"
+    assert not configs["remote.list.offsets.request.timeout.ms"].is_read_only
+    assert configs["share.coordinator.state.topic.compression.codec"].value == "0"
+    assert configs["share.coordinator.state.topic.compression.codec"].is_read_only
+    assert _incremental_set(broker, "", "remote.list.offsets.request.timeout.ms", "60000") == (0, None)
+    configs = admin.describe_configs([resource])[resource].result(10)
+    assert configs["remote.list.offsets.request.timeout.ms"].value == "60000"

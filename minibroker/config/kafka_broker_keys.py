@@ -5,7 +5,8 @@ Kafka accepts every name of its broker configuration definition (``KafkaConfig.c
 broker resource changes the dynamic ones. So does minibroker: ``minibroker.config`` turns every row
 below into a ``no_effect`` key (the keys minibroker uses, or documents itself, are declared there and
 not repeated here). Facts (name, type, default, valid range, importance, dynamic update mode) are
-Kafka 3.9's, as its generated broker config reference gives them; the descriptions are ours.
+Kafka 3.9's, as its generated broker config reference gives them, and for the keys Kafka 4 added
+(their descriptions say "Kafka 4.0+") those of Kafka's config definitions; the descriptions are ours.
 
 Columns: name, type, default (Kafka's text form; None: null), valid values (``[low,...]``,
 ``[low,...,high]`` or ``[a, b]``; "" for none checked), importance, dynamic (per-broker or cluster-wide
@@ -164,6 +165,10 @@ KAFKA_ONLY_BROKER_KEYS: tuple[tuple[str, str, str | None, str, str, bool, str], 
     ),
     ("producer.purgatory.purge.interval.requests", "int", "1000", "", "medium", False,
      "Produce requests between purges of the waiting list."),
+    ("remote.list.offsets.request.timeout.ms", "long", "30000", "[1,...]", "medium", True,
+     "Kafka 4.0+: longest wait of a ListOffsets answered from tiered storage (KIP-1075)."),
+    ("share.coordinator.state.topic.compression.codec", "int", "0", "", "high", False,
+     "Kafka 4.0+: compression codec id of __share_group_state records (0 none)."),
     ("remote.fetch.max.wait.ms", "int", "500", "[1,...]", "medium", True,
      "Longest wait of a fetch served from tiered storage."),
     ("remote.log.index.file.cache.total.size.bytes", "long", "1073741824", "[1,...]", "low", True,
