@@ -38,6 +38,7 @@ def _answered(sock: socket.socket) -> bool:
     return len(sock.recv(4)) == 4
 
 
+@pytest.mark.slow  # a throttle window, a long poll
 def test_cluster_level_listener_rate_is_accepted_at_the_default_and_throttles_accepts(minibroker_factory):
     # Kafka's ClusterLevelListenerConfigs: a listener's max.connection.creation.rate may be the cluster
     # default (resource name ""), unlike the listener's other keys; accepts over it wait, none is refused
@@ -111,6 +112,7 @@ def _arrival_order(broker) -> list[str]:
         b.close()
 
 
+@pytest.mark.slow  # a throttle window, a long poll
 def test_queued_max_requests_holds_back_new_requests_while_the_queue_is_full(minibroker_factory):
     # Kafka's request channel holds queued.max.requests requests; a full one blocks reading: B's request
     # waits until A's fetch is answered and A's queued requests are taken in
@@ -189,3 +191,40 @@ def test_kafka_4_broker_keys_are_described_and_dynamic_as_in_kafka_4(minibroker_
     assert _incremental_set(broker, "", "remote.list.offsets.request.timeout.ms", "60000") == (0, None)
     configs = admin.describe_configs([resource])[resource].result(10)
     assert configs["remote.list.offsets.request.timeout.ms"].value == "60000"
+
+
+def test_mutation_quota_token_bucket_as_kafka(monkeypatch):
+    # unit: Kafka's TokenBucket and Strict/PermissiveControllerMutationQuota on a fixed clock
+    from types import SimpleNamespace as NS
+
+    from minibroker.errors import KafkaError
+    from minibroker.services import quotas as q
+
+    clock = [1_000_000.0]
+    monkeypatch.setattr(q, "now_ms", lambda: clock[0])
+    rate = q.ControllerMutationRateQuota(num_samples=2, window_seconds=1)  # burst: 2 s of the rate
+    rate.set_limits({(None, "app"): 2.0})  # 2 partitions/s, 4 at once
+    header = NS(principal=None, client_id="app", api_version=7, connection=None)
+
+    strict = q.MutationQuota(rate, header, strict=True)
+    strict.take(6)  # allowed from a full bucket (4), leaving -2
+    assert strict.throttle_ms == 0
+    with pytest.raises(KafkaError) as refused:
+        strict.take(1)
+    assert refused.value.code == THROTTLING_QUOTA_EXCEEDED
+    assert strict.throttle_ms == 1000  # -(-2) / 2 per second
+    clock[0] += 500  # half refilled: -1, still refused, bucket unchanged by the refusal
+    with pytest.raises(KafkaError):
+        q.MutationQuota(rate, header, strict=True).take(1)
+    clock[0] += 600  # +1.2: above zero again
+    q.MutationQuota(rate, header, strict=True).take(1)
+
+    permissive = q.MutationQuota(rate, header, strict=False)
+    permissive.take(10)  # never refused, throttled by the debt
+    assert permissive.throttle_ms > 0
+    other = NS(principal=None, client_id="no-quota", api_version=7, connection=None)
+    unlimited = q.MutationQuota(rate, other, strict=True)
+    unlimited.take(10_000)
+    assert unlimited.throttle_ms == 0
+    response = NS(throttle_time_ms=0)
+    assert strict.finish(header, response).throttle_time_ms == 0  # 1000 ms measured 1.1 s ago
