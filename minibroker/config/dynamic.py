@@ -78,7 +78,6 @@ def check_dynamic(key: str, value: str | None, *, cluster_default: bool = False)
     return parsed
 
 
-
 def is_per_broker(key: str) -> bool:
     """Whether Kafka refuses ``key`` at the cluster default level (its perBrokerConfigs): the security and
     listener keys, and every listener-prefixed key but those of the cluster-level listener keys."""
