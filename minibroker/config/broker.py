@@ -106,10 +106,11 @@ class BrokerConfig:
 
     def listener_override(self, listener: str, key: str, mechanism: str | None = None) -> Any:
         """The value set for ``key`` on one listener (``listener.name.<listener>.[<mechanism>.]<key>``,
-        dynamically for this broker or in a static source), or None when none is."""
+        dynamically for this broker or the cluster, or in a static source), or None when none is."""
         full = listener_key(listener, key, mechanism)
-        if full in self._dynamic_broker:
-            return self._dynamic_broker[full]
+        for layer in (self._dynamic_broker, self._dynamic_default):
+            if full in layer:
+                return layer[full]
         for src in _STATIC_SOURCES:
             if full in self._static[src]:
                 return self._static[src][full]
@@ -241,11 +242,12 @@ class BrokerConfig:
         """DescribeConfigs entries for the broker resource (all known keys when ``keys`` is None;
         unknown names are skipped, as Kafka does). Listener keys set dynamically are described too, with
         the broker key they prefix as their next synonym, as Kafka does."""
-        listener_keys = sorted(k for k in self._dynamic_broker if k not in BROKER_CONFIGS)
+        listener_keys = sorted({k for layer in (self._dynamic_broker, self._dynamic_default) for k in layer
+                                if k not in BROKER_CONFIGS})
         if keys is None:
             names = [*BROKER_CONFIGS, *listener_keys]
         else:
-            names = [k for k in keys if k in BROKER_CONFIGS or k in self._dynamic_broker]
+            names = [k for k in keys if k in BROKER_CONFIGS or k in listener_keys]
         entries = []
         for name in names:
             spec = dynamic_spec(name) if name in listener_keys else BROKER_CONFIGS[name]
@@ -255,7 +257,7 @@ class BrokerConfig:
                 for syn in chain
                 for source, v in self._layer_values(syn)
             ]
-            current = self._dynamic_broker[name] if name in listener_keys else self[name]
+            current = self._layer_values(name)[0][1] if name in listener_keys else self[name]
             value = None if spec.sensitive else format_value(spec.type, current)
             if spec.sensitive:
                 synonyms = [s._replace(value=None) for s in synonyms]

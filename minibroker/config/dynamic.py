@@ -9,7 +9,8 @@ from typing import Any
 from minibroker.config.keys import BROKER_CONFIGS, ConfigKey, split_listener_key
 from minibroker.errors import ErrorCode, KafkaError
 
-__all__ = ["LISTENER_ONLY_DYNAMIC", "PER_BROKER_DYNAMIC", "check_dynamic", "dynamic_spec"]
+__all__ = ["CLUSTER_LEVEL_LISTENER_KEYS", "LISTENER_ONLY_DYNAMIC", "PER_BROKER_DYNAMIC", "check_dynamic",
+           "dynamic_spec"]
 
 # The key and trust store keys (Kafka's SslConfigs.RECONFIGURABLE_CONFIGS): only in their listener form,
 # listener.name.<listener>.ssl.keystore.location, never as the broker-wide key.
@@ -18,6 +19,12 @@ LISTENER_ONLY_DYNAMIC = frozenset({
     "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
     "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.certificates",
 })
+# The listener keys Kafka lets the cluster default carry, in their broker-wide and their listener form
+# (DynamicBrokerConfig's ClusterLevelListenerConfigs). Of their listener forms minibroker applies
+# listener.name.<listener>.max.connection.creation.rate only, so only that one is accepted.
+CLUSTER_LEVEL_LISTENER_KEYS = frozenset({"max.connections", "max.connection.creation.rate",
+                                         "num.network.threads"})
+_LISTENER_FORM_APPLIED = frozenset({"max.connection.creation.rate"})
 # Listener keys are set per broker only, never as the cluster default (Kafka's PerBrokerConfigs: the
 # security keys and DynamicListenerConfig's, but for the cluster-wide max.connections,
 # max.connection.creation.rate and num.network.threads); a listener-prefixed key is per broker too.
@@ -36,12 +43,12 @@ PER_BROKER_DYNAMIC = LISTENER_ONLY_DYNAMIC | frozenset({
 
 def dynamic_spec(key: str) -> ConfigKey | None:
     """The ConfigKey a dynamic ``key`` is parsed as: the broker key itself, or for a listener-prefixed
-    ``ssl.*`` key (the only listener form minibroker applies at run time) the broker key it prefixes;
-    None for anything else."""
+    ``ssl.*`` key or ``max.connection.creation.rate`` (the listener forms minibroker applies at run
+    time) the broker key it prefixes; None for anything else."""
     spec = BROKER_CONFIGS.get(key)
     if spec is None and (per_listener := split_listener_key(key)) is not None:
         _, mechanism, base = per_listener
-        if mechanism is None and base.startswith("ssl."):
+        if mechanism is None and (base.startswith("ssl.") or base in _LISTENER_FORM_APPLIED):
             return BROKER_CONFIGS[base]
     return spec
 
@@ -65,8 +72,16 @@ def check_dynamic(key: str, value: str | None, *, cluster_default: bool = False)
         except ValueError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG,
                              f"Invalid value {value} for configuration {key}: {e}") from None
-    if cluster_default and (key in PER_BROKER_DYNAMIC or key not in BROKER_CONFIGS):
+    if cluster_default and is_per_broker(key):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                          f"broker id must be specified: {key}")
     return parsed
 
+
+def is_per_broker(key: str) -> bool:
+    """Whether Kafka refuses ``key`` at the cluster default level (its perBrokerConfigs): the security and
+    listener keys, and every listener-prefixed key but those of the cluster-level listener keys."""
+    if key in PER_BROKER_DYNAMIC:
+        return True
+    per_listener = split_listener_key(key)
+    return per_listener is not None and per_listener[2] not in CLUSTER_LEVEL_LISTENER_KEYS

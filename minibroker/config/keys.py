@@ -529,8 +529,11 @@ _BROKER_KEYS = [
     _k("replica.alter.log.dirs.io.max.bytes.per.second", _LONG, 9223372036854775807,
        "Bytes per second a partition move between log dirs (AlterReplicaLogDirs) copies at most.",
        validator=AtLeast(1), dynamic=True),
-    _k("queued.max.requests", _INT, 500, "Requests queued before network threads block.",
-       validator=AtLeast(1), no_effect=True),
+    _k("queued.max.requests", _INT, 500,
+       "Whole requests read and waiting to be handled, all connections together (a connection holds the "
+       "requests pipelined behind the one being answered). When reached, connections are not read, and a "
+       "request already read is not handled, until one is taken in, as Kafka's network threads block on "
+       "a full request queue.", validator=AtLeast(1)),
     _k("queued.max.request.bytes", _LONG, -1,
        "Request bytes all connections together may hold: each frame's size counts from the moment its "
        "size prefix arrives until it is handled. When reached, a connection that would start a new "
@@ -557,12 +560,21 @@ _BROKER_KEYS = [
     _k("max.connection.creation.rate", _INT, INT_MAX,
        "New connections per second, all listeners together, measured over quota.window.num windows of "
        "quota.window.size.seconds: over it, the broker waits the throttle time (at most one window) before "
-       "accepting the next connection. Per client address: the connection_creation_rate client quota "
+       "accepting the next connection. Per listener: listener.name.<listener>.max.connection.creation.rate "
+       "(defaults to this value; dynamically settable per broker or as the cluster default, as Kafka's "
+       "cluster-level listener keys). Per client address: the connection_creation_rate client quota "
        "(docs/security.md).", validator=AtLeast(0), dynamic=True),
     _k("quota.window.num", _INT, 11,
        "Samples kept per client quota sensor (docs/security.md, Quotas); rates are measured over them, "
        "never over less than quota.window.num - 1 whole windows.", importance="low", validator=AtLeast(1)),
     _k("quota.window.size.seconds", _INT, 1, "Length of each client quota sample, in seconds.",
+       importance="low", validator=AtLeast(1)),
+    _k("controller.quota.window.num", _INT, 11,
+       "With controller.quota.window.size.seconds, the burst of the controller_mutation_rate client quota: "
+       "a client may mutate rate x num x size partitions at once before it is throttled (Kafka's token "
+       "bucket).", importance="low", validator=AtLeast(1)),
+    _k("controller.quota.window.size.seconds", _INT, 1,
+       "Seconds of each controller mutation quota window (see controller.quota.window.num).",
        importance="low", validator=AtLeast(1)),
     _k("replica.lag.time.max.ms", _LONG, 30000, "Follower lag before it leaves the ISR.", no_effect=True),
     _k("replica.fetch.max.bytes", _INT, 1048576, "Follower fetch size per partition.", no_effect=True),

@@ -13,8 +13,8 @@ changes nothing (no error). A failed save answers UNKNOWN_SERVER_ERROR for the e
 applied, and nothing changes. Changes apply to the next request of every client.
 Authorization: ALTER_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED for every entry otherwise).
 Version notes: v1 is flexible.
-Gaps: controller_mutation_rate is stored and described, not enforced (no KIP-599 throttling of
-CreateTopics, CreatePartitions and DeleteTopics).
+controller_mutation_rate is enforced by CreateTopics, CreatePartitions and DeleteTopics
+(minibroker/services/quotas.py, MutationQuota).
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ TOPIC_AUTHORIZATION_FAILED, on the group (GROUP), else GROUP_AUTHORIZATION_FAILE
 Version notes: v2 flexible; nothing else differs.
 Gaps: BROKER_LOGGER is only served by IncrementalAlterConfigs, as in Kafka. Kafka (3.9, KRaft) answers
 INVALID_REQUEST for a value its dynamic validation refuses (KAFKA-13609); minibroker answers 40 there.
-Dynamic passwords are saved as given (Kafka encodes them with password.encoder.secret).
+Dynamic passwords are saved as given, as KRaft keeps them (Kafka encoded them with
+password.encoder.secret in ZooKeeper mode only; 4.0 removed those keys).
 """
 
 from __future__ import annotations

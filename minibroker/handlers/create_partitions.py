@@ -10,7 +10,11 @@ controller answers an operation of more than 10000 records (creating that many h
 every client).
 Authorization (with an authorizer): ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED, as Kafka.
 Version notes: v2+ flexible encoding; nothing else differs.
-Gaps: no CreateTopicPolicy (44 comes only from the limit above), no quotas (89).
+The controller_mutation_rate client quota (KIP-599, minibroker/services/quotas.py) is taken per topic
+once its checks pass, one token per new partition (validate_only too, as Kafka's controller counts it):
+while the client's bucket is below zero a topic gets 89 THROTTLING_QUOTA_EXCEEDED (v3+; v0-v2 are never
+refused), and the response carries the throttle time.
+Gaps: no CreateTopicPolicy (44 comes only from the limit above).
 """
 
 from __future__ import annotations
@@ -54,9 +58,11 @@ def handle_create_partitions(broker, header, request):
         unique, results = [], [Struct(name=t.name, error_code=int(ErrorCode.POLICY_VIOLATION),
                                       error_message="Unable to perform excessively large batch operation.")
                                for t in unique]
+    mutations = broker.client_quotas.mutation_quota(header, strict_since=3)
     for t in unique:
         try:
-            check_new_partitions(broker, t.name, t.count, t.assignments)
+            current = check_new_partitions(broker, t.name, t.count, t.assignments)
+            mutations.take(t.count - current)
             if not request.validate_only:
                 broker.logs.add_partitions(t.name, t.count)
         except KafkaError as e:
@@ -67,4 +73,4 @@ def handle_create_partitions(broker, header, request):
         if n > 1:
             results.append(Struct(name=name, error_code=int(ErrorCode.INVALID_REQUEST),
                                   error_message="Duplicate topic name."))
-    return Struct(throttle_time_ms=0, results=results)
+    return mutations.finish(header, Struct(throttle_time_ms=0, results=results))

@@ -18,7 +18,11 @@ v7+ the topic id (a fresh random one for validate-only, as the controller does).
 A request asking for more than 10000 partitions in all gets 44 POLICY_VIOLATION "Excessively
 large number of partitions per request." for every topic, as from Kafka's controller (whose
 MAX_PARTITIONS_PER_BATCH guards its memory; here creating that many would stall every client).
-Gaps: no CreateTopicPolicy (44 comes only from the limit above), no quotas (89).
+The controller_mutation_rate client quota (KIP-599, minibroker/services/quotas.py) is taken per topic
+once its checks pass, one token per partition (validate_only too, as Kafka's controller counts it):
+while the client's bucket is below zero a topic gets 89 THROTTLING_QUOTA_EXCEEDED "The throttling quota
+has been exceeded." (v6+; v0-v5 are never refused), and the response carries the throttle time.
+Gaps: no CreateTopicPolicy (44 comes only from the limit above).
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ def handle_create_topics(broker, header, request):
             refused = denied(broker, header, AclOperation.CREATE, ResourceType.TOPIC, counts)
         hidden_configs = denied(broker, header, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, counts,
                                 log_denied=False)
+    mutations = broker.client_quotas.mutation_quota(header, strict_since=6)
     for t in unique:
         if refused and t.name in refused:
             results.append(_error(t.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
@@ -90,6 +95,7 @@ def handle_create_topics(broker, header, request):
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate config keys in the request.")
             new = check_new_topic(broker, t.name, t.num_partitions, t.replication_factor, configs,
                                   t.assignments)
+            mutations.take(new.partitions)
             if validate_only:
                 topic_id = uuid4_bytes()
             else:
@@ -110,4 +116,4 @@ def handle_create_topics(broker, header, request):
     for name, n in counts.items():
         if n > 1:
             results.append(_error(name, ErrorCode.INVALID_REQUEST, "Found multiple entries for this topic."))
-    return Struct(throttle_time_ms=0, topics=results)
+    return mutations.finish(header, Struct(throttle_time_ms=0, topics=results))

@@ -9,6 +9,9 @@ whose id was also given gets 42. With ``delete.topic.enable=false`` every topic 
 TOPIC_DELETION_DISABLED 73 (v3+) or INVALID_REQUEST 42 (v0-v2, which cannot carry 73).
 Authorization (with an authorizer), as Kafka: DELETE on each topic, else TOPIC_AUTHORIZATION_FAILED (before
 telling whether it exists); a topic named by id also needs DESCRIBE, else it is answered without its name.
+The controller_mutation_rate client quota (KIP-599, minibroker/services/quotas.py) is taken per topic
+before it is deleted, one token per partition: while the client's bucket is below zero a topic gets 89
+THROTTLING_QUOTA_EXCEEDED (v5+; v0-v4 are never refused), and the response carries the throttle time.
 Version notes: v1+ throttle time; v5+ error messages; v6 topics by name or id, answered with both.
 Gaps: committed group offsets of a deleted topic are kept until groups exist to drop them.
 """
@@ -90,11 +93,13 @@ def handle_delete_topics(broker, header, request):
                                    "The provided topic name maps to an ID that was already supplied."))
         else:
             to_delete[name] = topic_id_of(info)
+    mutations = broker.client_quotas.mutation_quota(header, strict_since=5)
     for name, topic_id in to_delete.items():
         try:
+            mutations.take(topics[name].partitions)
             delete_topic(broker, name)
         except KafkaError as e:
             results.append(_result(name, topic_id, e.code, e.message))
         else:
             results.append(_result(name, topic_id))
-    return Struct(throttle_time_ms=0, responses=results)
+    return mutations.finish(header, Struct(throttle_time_ms=0, responses=results))

@@ -20,6 +20,11 @@ Rules kept here:
   are released (one that has started a frame finishes it, so reads never deadlock);
 - requests are handled one after another and answered strictly in request order; up to
   ``MAX_QUEUED`` whole requests are buffered (clients pipeline up to 5), then reading pauses;
+- ``queued.max.requests`` bounds the whole requests read and waiting to be handled, all connections
+  together (Kafka's request channel): each buffered request holds a slot of the broker's
+  ``RequestQueue`` until its handling starts; while none is free, a connection with a whole request
+  read does not handle it (even one it could handle at once) and stops being read, as Kafka's network
+  threads block on a full queue; connections are woken in the order they waited;
 - a synchronous handler is answered inline in ``data_received`` (no task switch on the produce
   path); an async one (long-poll fetch, group joins) runs in a task while later requests wait;
 - responses carrying ``FileRegion``s are sent with ``os.sendfile`` on the socket once the
@@ -115,9 +120,45 @@ class MemoryPool:
             self._waiting.popleft().memory_available()
 
 
+class RequestQueue:
+    """``queued.max.requests``: whole requests read and not yet being handled, all connections together.
+
+    Kafka's RequestChannel is a bounded queue between the network threads and the request handlers; a
+    network thread with a request to add blocks while it is full. Here a request waits in its
+    connection's queue (behind the request being answered, or a quota mute), holding a slot; a connection
+    that finds no slot free leaves its next request unhandled in its read buffer, is not read, and waits
+    in line to be woken as slots are released. Owned by the SocketServer; used from the event loop only.
+    """
+
+    __slots__ = ("limit", "queued", "waiting", "waking", "_wake_scheduled")
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.queued = 0
+        self.waiting: collections.deque = collections.deque()
+        self.waking = False  # the connections being woken may go ahead of those still waiting
+        self._wake_scheduled = False
+
+    def release(self, n: int = 1) -> None:
+        self.queued -= n
+        if self.waiting and self.queued < self.limit and not self._wake_scheduled:
+            self._wake_scheduled = True
+            asyncio.get_running_loop().call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self._wake_scheduled = False
+        self.waking = True
+        try:
+            while self.waiting and self.queued < self.limit:
+                self.waiting.popleft().requests_available()
+        finally:
+            self.waking = False
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker, max_request_size: int, listener: str = "PLAINTEXT", *, address: str = "",
-                 pool: MemoryPool | None = None, security_protocol: str = "PLAINTEXT", tls=None):
+                 pool: MemoryPool | None = None, security_protocol: str = "PLAINTEXT", tls=None,
+                 requests: RequestQueue | None = None):
         self.broker = broker
         self.listener = listener  # the listener name this connection came in on
         self.max_request_size = max_request_size
@@ -136,6 +177,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._granted = 0  # bytes reserved in the pool for the incomplete frame at _start
         self._queued_bytes = 0  # bytes of queued frames counted in the pool
         self._mem_muted = False  # not read until the pool has room
+        self._requests = requests
+        self._slots = 0  # requests queued here that hold a slot in the RequestQueue
+        self._queue_muted = False  # a whole request waits in the read buffer for a RequestQueue slot
         self._queue: collections.deque = collections.deque()
         self._busy = False
         self._reading_paused = False
@@ -245,6 +289,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if stop > end:
                 need = size + 4
                 break
+            requests = self._requests
+            if requests is not None and (self._queue_muted or requests.queued >= requests.limit
+                                         or (requests.waiting and not requests.waking)):
+                if not self._queue_muted:  # queued.max.requests reached: wait for a slot, unread
+                    self._queue_muted = True
+                    requests.waiting.append(self)
+                break
             if not self._queue and not self._busy and not self._write_paused and not self._throttled:
                 # Handled straight from the read buffer: decoding finishes before the buffer is
                 # compacted, and no decoded request keeps a view of it past its synchronous
@@ -257,6 +308,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     return
             else:
                 self._queue.append(bytearray(view[pos + 4: stop]))
+                if requests is not None:
+                    requests.queued += 1
+                    self._slots += 1
                 if self._pool is not None:
                     if not self._granted:
                         self._pool.force(size)
@@ -340,6 +394,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._make_room(size + 4)
         self._update_reading()
 
+    def requests_available(self) -> None:
+        """Woken by the RequestQueue: take in the request waiting in the read buffer, and read again."""
+        if self._closed or not self._queue_muted:
+            return
+        self._queue_muted = False
+        self.buffer_updated(0)
+
     def throttle(self, delay_ms: int) -> None:
         """Mute this connection for ``delay_ms`` from now (KIP-219: a client quota was exceeded). The
         response to the current request still goes out at once, carrying the throttle time; the next
@@ -384,6 +445,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self._reading_paused
 
     def _release_memory(self) -> None:
+        if self._slots:
+            self._requests.release(self._slots)
+            self._slots = 0
         if self._pool is not None:
             held = self._granted + self._queued_bytes
             self._granted = self._queued_bytes = 0
@@ -405,6 +469,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         while (queue and not self._busy and not self._closed and not self._write_paused
                and not self._throttled):
             frame = queue.popleft()
+            if self._slots:
+                self._slots -= 1
+                self._requests.release()
             if self._pool is not None:
                 self._queued_bytes -= len(frame)
                 self._pool.release(len(frame))
@@ -414,7 +481,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self._closed:
             return
-        if len(self._queue) >= MAX_QUEUED or self._mem_muted or self._throttled:
+        if len(self._queue) >= MAX_QUEUED or self._mem_muted or self._throttled or self._queue_muted:
             if not self._reading_paused:
                 self._reading_paused = True
                 self.transport.pause_reading()

@@ -21,7 +21,9 @@ SocketServer, Acceptor and ConnectionQuotas do (one event loop here instead of t
 - ``socket.send.buffer.bytes`` is set on each accepted socket, ``socket.receive.buffer.bytes`` on
   the listening socket before ``listen()`` (accepted sockets inherit it, and the TCP window scale
   is chosen from it); -1 keeps the OS's default (and its auto-tuning);
-- ``max.connection.creation.rate`` (broker-wide: over it, the next accept waits the throttle time) and
+- ``max.connection.creation.rate`` (broker-wide, and per listener as
+  ``listener.name.<listener>.max.connection.creation.rate``: over it, the next accept waits the
+  throttle time; every listener waits meanwhile, where Kafka's acceptor of that listener waits alone) and
   the ``connection_creation_rate`` client quota per address (over it, the connection is held without
   an answer for the throttle time, then closed), measured as Kafka's ConnectionQuotas measures them
   (minibroker/services/quotas.py);
@@ -135,7 +137,7 @@ class SocketServer:
     """
 
     def __init__(self, broker, config):
-        from minibroker.server.connection import MemoryPool
+        from minibroker.server.connection import MemoryPool, RequestQueue
 
         self.broker = broker
         self.config = config
@@ -144,6 +146,7 @@ class SocketServer:
         self.per_address: dict[str, int] = {}
         queued_max = config["queued.max.request.bytes"]
         self.memory_pool = MemoryPool(queued_max) if queued_max > 0 else None
+        self.request_queue = RequestQueue(config["queued.max.requests"])
         self._accepting = False
         self._backoff: asyncio.TimerHandle | None = None
         # connection creation rates: max.connection.creation.rate and the ip client quotas
@@ -260,11 +263,12 @@ class SocketServer:
                 log.warning("accept on listener %s failed: %s", listener.name, e)
                 return
             address = address_key(peer[0])
-            delay = self.connection_rates.broker_delay_ms(now_ms())
+            delay = self.connection_rates.broker_delay_ms(now_ms(), listener.name)
             if delay:
                 # Kafka's acceptor waits out the throttle before it takes the connection in; here the
                 # listening sockets leave the loop meanwhile
-                log.debug("max.connection.creation.rate exceeded: next connection in %d ms", delay)
+                log.debug("max.connection.creation.rate exceeded on %s: next connection in %d ms",
+                          listener.name, delay)
                 self._pause_accepting()
                 self._held = (listener, sock, address)
                 self._backoff = self._loop.call_later(delay / 1000, self._end_rate_throttle)
@@ -328,7 +332,7 @@ class SocketServer:
             sock.close()
             return
         conn = KafkaConnection(self.broker, self.config["socket.request.max.bytes"], listener.name,
-                               address=address, pool=self.memory_pool,
+                               address=address, pool=self.memory_pool, requests=self.request_queue,
                                security_protocol=listener.security_protocol, tls=listener.tls)
         task = self._loop.create_task(self._connect(sock, conn, listener.tls))
         self._pending.add(task)
@@ -428,15 +432,27 @@ class ConnectionRateQuotas:
         self.window_ms = quotas.window_ms
         self.broker_rate = Rate(self.num_samples, self.window_ms)
         self.per_address = Sensors(self.num_samples, self.window_ms)
+        self.listener_rates: dict[str, Rate] = {}
         self.broker_throttles = self.address_throttles = 0  # connections delayed / refused (tests, debugging)
 
-    def broker_delay_ms(self, now: float) -> int:
-        """Record one new connection broker-wide; the delay before accepting it (0 within the rate)."""
+    def broker_delay_ms(self, now: float, listener: str | None = None) -> int:
+        """Record one new connection broker-wide and on ``listener``; the delay before accepting it (0
+        within both rates). A listener's rate is its
+        ``listener.name.<listener>.max.connection.creation.rate``, else the broker-wide one, which also
+        bounds all listeners together (Kafka's ConnectionQuotas)."""
+        delay = 0
         limit = self.config["max.connection.creation.rate"]
-        if limit >= 2**31 - 1:
-            return 0
-        self.broker_rate.record(1.0, now)
-        delay = throttle_ms(self.broker_rate, limit, now, self.window_ms)
+        if limit < 2**31 - 1:
+            self.broker_rate.record(1.0, now)
+            delay = throttle_ms(self.broker_rate, limit, now, self.window_ms)
+        if listener is not None:
+            listener_limit = self.config.for_listener(listener, "max.connection.creation.rate")
+            if listener_limit < 2**31 - 1:
+                rate = self.listener_rates.get(listener)
+                if rate is None:
+                    rate = self.listener_rates[listener] = Rate(self.num_samples, self.window_ms)
+                rate.record(1.0, now)
+                delay = max(delay, throttle_ms(rate, listener_limit, now, self.window_ms))
         if delay:
             self.broker_throttles += 1
         return delay

@@ -21,10 +21,20 @@ header's. The most specific configured entity wins, in Kafka's order::
 non-empty, a client-id level only when the client id is; clients matched through a user-only entity share
 one sensor per user, through a client-id-only entity one per client id, otherwise one per (user, client).
 
-Measurement is Kafka's ``Rate``: ``quota.window.num`` samples of ``quota.window.size.seconds`` each
-(plus one overlapping), the rate over the time since the oldest sample but never less than
-``num - 1`` whole windows; a value above the bound throttles for ``(rate - bound) / bound * window``
-milliseconds (QuotaUtils.throttleTime), capped at one window for request and connection rates.
+``controller_mutation_rate`` (KIP-599) is measured as Kafka's ControllerMutationQuotaManager does, with a
+token bucket per client: ``rate x controller.quota.window.num x controller.quota.window.size.seconds``
+partitions at most, refilled at ``rate`` per second; CreateTopics, CreatePartitions and DeleteTopics take
+one token per partition created or deleted (``MutationQuota``). A topic is refused with
+THROTTLING_QUOTA_EXCEEDED while the bucket is below zero (it may take the bucket below zero itself), for
+the request versions that know that error (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+);
+older versions are never refused. Either way the response carries the time until the bucket is back at
+zero, and the connection is muted for it.
+
+Measurement of the other keys is Kafka's ``Rate``: ``quota.window.num`` samples of
+``quota.window.size.seconds`` each (plus one overlapping), the rate over the time since the oldest
+sample but never less than ``num - 1`` whole windows; a value above the bound throttles for
+``(rate - bound) / bound * window`` milliseconds (QuotaUtils.throttleTime), capped at one window for
+request and connection rates.
 """
 
 from __future__ import annotations
@@ -291,10 +301,95 @@ def _resolve_ip(name: str) -> str | None:
         return None
 
 
+class TokenBucket:
+    """Kafka's ``TokenBucket`` measurable: up to ``burst`` tokens, refilled at ``rate`` per second, taken by
+    each recorded value (the bucket may go below zero). Created full. Times in ms of ``time.monotonic``."""
+
+    __slots__ = ("rate", "burst", "tokens", "last_ms")
+
+    def __init__(self, rate: float, burst: float, now: float):
+        self.rate, self.burst = rate, burst
+        self.tokens = burst
+        self.last_ms = now
+
+    def refill(self, now: float) -> float:
+        self.tokens = min(self.burst, self.tokens + self.rate * max(0.0, now - self.last_ms) / 1000.0)
+        self.last_ms = now
+        return self.tokens
+
+
+class ControllerMutationRateQuota(ClientRateQuota):
+    """controller_mutation_rate: the configured limits (resolved as the other keys') and a token bucket per
+    client, whose burst is ``limit x burst_seconds`` (Kafka's samples x window)."""
+
+    def __init__(self, num_samples: int, window_seconds: int):
+        super().__init__(CONTROLLER_MUTATION_RATE, num_samples, window_seconds * 1000.0)
+        self.burst_seconds = num_samples * window_seconds
+        self.buckets: dict[tuple, TokenBucket] = {}
+
+    def set_limits(self, limits: dict[tuple, float]) -> None:
+        super().set_limits(limits)
+        self.buckets.clear()  # new limits: every client starts again with a full bucket
+
+    def bucket(self, tags: tuple, limit: float, now: float) -> TokenBucket:
+        bucket = self.buckets.get(tags)
+        if bucket is None:
+            if len(self.buckets) >= SENSOR_SWEEP_MIN:  # a full bucket is what a new one would be
+                self.buckets = {k: b for k, b in self.buckets.items() if b.refill(now) < b.burst}
+            bucket = self.buckets[tags] = TokenBucket(limit, limit * self.burst_seconds, now)
+        return bucket
+
+
+class MutationQuota:
+    """One CreateTopics / CreatePartitions / DeleteTopics request's controller mutation quota (Kafka's
+    Strict- and PermissiveControllerMutationQuota): ``take(partitions)`` before each topic's change."""
+
+    __slots__ = ("quota", "found", "strict", "throttle_ms", "_recorded_ms")
+
+    def __init__(self, quota: ControllerMutationRateQuota, header, strict: bool):
+        self.quota = quota
+        self.found = quota.resolve(*client_of(header)) if quota.enabled else None
+        self.strict = strict
+        self.throttle_ms = 0
+        self._recorded_ms = 0.0
+
+    def take(self, partitions: int) -> None:
+        """Take ``partitions`` tokens; a strict quota whose bucket is already below zero refuses the change
+        instead (KafkaError THROTTLING_QUOTA_EXCEEDED), leaving the bucket as it is."""
+        if self.found is None:
+            return
+        tags, limit = self.found
+        now = now_ms()
+        bucket = self.quota.bucket(tags, limit, now)
+        tokens = bucket.refill(now)
+        if self.strict and tokens < 0:
+            self._throttle(tokens, limit, now)
+            raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
+        bucket.tokens = tokens - partitions
+        if not self.strict and bucket.tokens < 0:
+            self._throttle(bucket.tokens, limit, now)
+
+    def _throttle(self, tokens: float, limit: float, now: float) -> None:
+        self.throttle_ms = round(-tokens / limit * 1000) if limit > 0 else 2**31 - 1
+        self._recorded_ms = now
+        self.quota.throttled += 1
+
+    def finish(self, header, response):
+        """The response with the throttle time left (less the time since it was measured); the connection
+        is muted for it."""
+        if self.throttle_ms:
+            delay = max(0, int(self.throttle_ms - (now_ms() - self._recorded_ms)))
+            if delay:
+                set_throttle_time(response, delay)
+                _mute(header, delay)
+        return response
+
+
 class ClientQuotas:
     """The broker's client quota configs and their enforcement (see the module docstring)."""
 
-    def __init__(self, data_dir: str, num_samples: int = 11, window_seconds: int = 1):
+    def __init__(self, data_dir: str, num_samples: int = 11, window_seconds: int = 1,
+                 mutation_samples: int = 11, mutation_window_seconds: int = 1):
         self.data_dir = data_dir
         self.num_samples = num_samples
         self.window_ms = window_seconds * 1000.0
@@ -303,9 +398,7 @@ class ClientQuotas:
         self.fetch = ClientRateQuota(CONSUMER_BYTE_RATE, num_samples, self.window_ms)
         # request time is capped at one window, as ClientRequestQuotaManager caps it
         self.request = ClientRateQuota(REQUEST_PERCENTAGE, num_samples, self.window_ms, self.window_ms)
-        # accepted and described; enforcing it would mean throttling CreateTopics/CreatePartitions/
-        # DeleteTopics by partitions mutated (KIP-599), which is not done
-        self.controller_mutation = ClientRateQuota(CONTROLLER_MUTATION_RATE, num_samples, self.window_ms)
+        self.controller_mutation = ControllerMutationRateQuota(mutation_samples, mutation_window_seconds)
         self._by_key = {q.key: q for q in (self.produce, self.fetch, self.request, self.controller_mutation)}
         self.ip_limits: dict[str, float] = {}  # address -> connection_creation_rate
         self.ip_default: float | None = None
@@ -315,7 +408,8 @@ class ClientQuotas:
         import os
 
         return cls(os.path.abspath(config.data_dir), config["quota.window.num"],
-                   config["quota.window.size.seconds"])
+                   config["quota.window.size.seconds"], config["controller.quota.window.num"],
+                   config["controller.quota.window.size.seconds"])
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -540,6 +634,10 @@ class ClientQuotas:
             self.fetch.unrecord(user, client_id, nbytes, now)
             _mute(header, delay)
         return delay
+
+    def mutation_quota(self, header, strict_since: int) -> MutationQuota:
+        """The controller mutation quota of one request: strict from version ``strict_since`` on."""
+        return MutationQuota(self.controller_mutation, header, header.api_version >= strict_since)
 
     def charge_request_time(self, conn, header, response, seconds: float) -> None:
         """request_percentage: ``seconds`` of the event loop spent on this request, as a percentage of one
