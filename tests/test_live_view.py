@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minibroker.tools.live_view import FEED_QUEUE, AppendFeed, FeedSubscriber, feed_event_json
+from minibroker.tools.live_view import CODEC_NAMES, FEED_FIELDS, FEED_QUEUE, AppendFeed, FeedSubscriber
 
 UI = {"ui.enable": "true", "metrics.port": "0"}
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -57,6 +57,7 @@ class FeedReader:
         self.sock.sendall(b"GET /ui/feed%s HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
                           % query.encode())
         self.buf = b""
+        self.hello = None
         while b"\r\n\r\n" not in self.buf:
             self.buf += self._recv()
         self.head, self.buf = self.buf.split(b"\r\n\r\n", 1)
@@ -80,14 +81,22 @@ class FeedReader:
                     data = line[6:]
             if data is None:
                 continue  # retry: or a keep-alive comment
-            return name, (json.loads(data) if data.startswith("{") else data)
+            return name, (json.loads(data) if data[:1] in "{[" else data)
 
     def appends(self, count: int) -> list[dict]:
+        """At least the next ``count`` appends (all of the events read), each row named with the
+        fields and codecs ``hello`` gave."""
         out = []
         while len(out) < count:
             name, data = self.next_event()
-            if name == "append":
-                out.append(data)
+            if name == "hello":
+                self.hello = data
+            elif name == "appends":
+                for values in data:
+                    row = dict(zip(self.hello["fields"], values, strict=True))
+                    row["sent_codec"] = self.hello["codecs"][row["sent_codec"]]
+                    row["codec"] = self.hello["codecs"][row["codec"]]
+                    out.append(row)
         return out
 
     def close(self) -> None:
@@ -102,7 +111,7 @@ def ui_broker(minibroker_factory):
 def producer(runner, **settings):
     from kafka import KafkaProducer
 
-    return KafkaProducer(bootstrap_servers=runner.bootstrap_servers, linger_ms=0, **settings)
+    return KafkaProducer(bootstrap_servers=runner.bootstrap_servers, **{"linger_ms": 0, **settings})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,13 +227,16 @@ def test_feed_pushes_each_append_with_what_the_producer_got_back(ui_broker):
     feed = FeedReader(ui_broker.ui_url)
     try:
         assert b"200 OK" in feed.head and b"text/event-stream" in feed.head
-        name, hello = feed.next_event()
-        assert name == "hello" and hello["queue"] == FEED_QUEUE
-        p = producer(ui_broker, compression_type="gzip", enable_idempotence=True)
+        name, feed.hello = feed.next_event()
+        assert name == "hello" and feed.hello["queue"] == FEED_QUEUE
+        assert (tuple(feed.hello["fields"]), tuple(feed.hello["codecs"])) == (FEED_FIELDS, CODEC_NAMES)
+        # lingering: the three records go in one batch
+        p = producer(ui_broker, compression_type="gzip", enable_idempotence=True, linger_ms=500)
         sent = [p.send("lv-feed", value=b"x" * 100) for _ in range(3)]
         p.flush(10)
         offsets = [m.get(10).offset for m in sent]
-        (event,) = feed.appends(1)
+        (event, *later) = feed.appends(1)
+        assert later == [], later
         assert (event["topic"], event["partition"]) == ("lv-feed", 0)
         assert (event["first_offset"], event["last_offset"], event["records"]) == (offsets[0], offsets[-1], 3)
         assert (event["magic"], event["codec"], event["sent_codec"]) == (2, "gzip", "gzip")
@@ -270,14 +282,6 @@ def test_publish_never_raises_into_the_append_path(caplog):
     assert not sub.events and "could not be published" in caplog.text
     feed.unsubscribe(sub)
     assert broker.append_feed is None
-
-
-def test_feed_event_json_names_the_codecs():
-    event = (0, 1.5, "t", 1, 10, 12, 3, 2, 1, 1, 4, "recompressed", 90, 80, 9, 7, 0, 5, True, False)
-    out = feed_event_json(event)
-    assert (out["time"], out["sent_codec"], out["codec"]) == (1500, "gzip", "zstd")
-    assert out["path"] == "recompressed"
-    assert (out["producer_id"], out["base_sequence"], out["transactional"]) == (7, 5, True)
 
 
 def test_explain_route_serves_the_partition_page(ui_broker):

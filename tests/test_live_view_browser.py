@@ -107,7 +107,8 @@ def test_feed_lag_and_transactions_as_clients_work(minibroker_factory, page, tmp
             p.send("ui-window", b"w%d" % i)
             p.flush(10)
         last = p.send("ui-window", b"last").get(10).offset
-        tab.page.locator("tr.feed-row" + row_selector(topic="ui-window", first_offset=last)).wait_for(timeout=5000)
+        newest = tab.page.locator("tr.feed-row" + row_selector(topic="ui-window", first_offset=last))
+        newest.wait_for(timeout=5000)
         assert tab.page.locator("#feed-body tr").count() == 10
         assert tab.page.locator("#feed-body tr").first.get_attribute("data-first-offset") == str(last)
 
@@ -115,7 +116,8 @@ def test_feed_lag_and_transactions_as_clients_work(minibroker_factory, page, tmp
         tab.page.click("#feed-pause")
         held = p.send("ui-window", b"held").get(10).offset
         held_row = tab.page.locator("tr.feed-row" + row_selector(topic="ui-window", first_offset=held))
-        tab.page.wait_for_function("() => document.getElementById('feed-counts').textContent.includes('held')")
+        tab.page.wait_for_function("() => document.getElementById('feed-counts').textContent"
+                                   ".includes('held')")
         assert held_row.count() == 0
         tab.page.click("#feed-pause")
         held_row.wait_for(timeout=5000)
@@ -135,8 +137,8 @@ def test_page_reconnects_after_a_broker_restart(minibroker_factory, page):
     p = KafkaProducer(bootstrap_servers=runner.bootstrap_servers, linger_ms=0)
     try:
         offset = p.send("ui-after-restart", b"again").get(10).offset
-        tab.page.locator("tr.feed-row" + row_selector(topic="ui-after-restart", first_offset=offset)).wait_for(
-            timeout=5000)
+        row = tab.page.locator("tr.feed-row" + row_selector(topic="ui-after-restart", first_offset=offset))
+        row.wait_for(timeout=5000)
     finally:
         p.close(5)
     assert not [m for m in tab.problems() if m[0] == "pageerror"]

@@ -10,9 +10,11 @@ and these routes, all GET, all read-only:
   size, segments, topic overrides), groups (classic, consumer, share: state, members, assignments,
   committed offsets and lag), open transactions, connected clients, the groups' recent rebalance
   events. A coordinator that is not built yet is shown as absent: the view never builds one;
-- ``/ui/feed[?topic=T]``: every append as a Server-Sent Event (``append``), ``dropped`` when this
-  subscriber fell more than ``FEED_QUEUE`` events behind (the oldest were dropped: the broker never
-  waits for a page), a comment every ``FEED_KEEPALIVE_S`` while idle;
+- ``/ui/feed[?topic=T]``: the appends as Server-Sent Events: ``hello`` (the broker's start time, the
+  row fields ``FEED_FIELDS`` and ``CODEC_NAMES``), then ``appends``, a JSON array of rows (one per
+  append, gathered for ``FEED_FLUSH_S``), ``dropped`` when this subscriber fell more than
+  ``FEED_QUEUE`` appends behind (the oldest were dropped: the broker never waits for a page), a
+  comment every ``FEED_KEEPALIVE_S`` while idle;
 - ``/ui/explain/p/<topic>-<partition>/...``: ``minibroker explain``'s page for that partition, served
   by explain's own routes (``ExplainRoutes``): segments, index entries, the binary search of a fetch,
   the byte map of a batch (the feed opens it at the batch's offset), cleaned or dirty segments.
@@ -45,6 +47,7 @@ UI_PREFIX = "/ui"
 FEED_QUEUE = 1000  # events one subscriber may fall behind before the oldest are dropped
 FEED_KEEPALIVE_S = 10.0  # an idle feed sends a comment this often (finds closed pages)
 FEED_RETRY_MS = 1000  # the browser's reconnection delay (EventSource ``retry``)
+FEED_FLUSH_S = 0.05  # appends are written to a page at most this often: one write for many
 GROUP_EVENTS = 500  # rebalance events kept for the timeline, all groups together
 _PAGE = "live_view.html"
 _OPEN_TXN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
@@ -140,21 +143,12 @@ class AppendFeed:
             log.exception("live view: an append could not be published")
 
 
-_CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
-_EVENT_FIELDS = (
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")  # the codec numbers of a feed row, by name
+FEED_FIELDS = (  # a feed row's values, in order (``AppendFeed.publish``); ``time`` in seconds
     "seq", "time", "topic", "partition", "first_offset", "last_offset", "records", "magic", "entries",
     "sent_codec", "codec", "path", "sent_bytes", "stored_bytes", "produce_version",
     "producer_id", "producer_epoch", "base_sequence", "transactional", "control",
 )
-
-
-def feed_event_json(event: tuple) -> dict:
-    """A published append as the page reads it (codecs by name, time in ms)."""
-    out = dict(zip(_EVENT_FIELDS, event, strict=True))
-    out["time"] = int(out["time"] * 1000)
-    for key in ("sent_codec", "codec"):
-        out[key] = _CODEC_NAMES[out[key]] if 0 <= out[key] < len(_CODEC_NAMES) else str(out[key])
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,7 +433,8 @@ class LiveView:
         sub = self.feed.subscribe(topic)
         closed = asyncio.ensure_future(reader.read(1))  # the page went away (or sent garbage)
         try:
-            hello = {"started_ms": int(self.broker.started_at * 1000), "topic": topic, "queue": FEED_QUEUE}
+            hello = {"started_ms": int(self.broker.started_at * 1000), "topic": topic, "queue": FEED_QUEUE,
+                     "fields": FEED_FIELDS, "codecs": CODEC_NAMES}
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
                          b"Connection: close\r\n\r\nretry: %d\n\nevent: hello\ndata: %s\n\n"
                          % (FEED_RETRY_MS, json.dumps(hello).encode()))
@@ -459,14 +454,17 @@ class LiveView:
                         writer.write(b": idle\n\n")
                         await writer.drain()
                         continue
+                await asyncio.sleep(FEED_FLUSH_S)  # let a burst of appends gather: one write, one json call
+                if closed.done():
+                    break
                 chunks = []
                 if sub.dropped:
                     chunks.append(b"event: dropped\ndata: %d\n\n" % sub.dropped)
                     sub.dropped = 0
-                while sub.events:
-                    event = feed_event_json(sub.events.popleft())
-                    chunks.append(b"event: append\nid: %d\ndata: %s\n\n"
-                                  % (event["seq"], json.dumps(event, separators=(",", ":")).encode()))
+                rows = list(sub.events)
+                sub.events.clear()
+                chunks.append(b"event: appends\nid: %d\ndata: %s\n\n"
+                              % (rows[-1][0], json.dumps(rows, separators=(",", ":")).encode()))
                 writer.write(b"".join(chunks))
                 await writer.drain()  # a slow page waits here, its queue dropping: the broker never waits
         except ConnectionError:
