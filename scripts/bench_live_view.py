@@ -125,6 +125,55 @@ def measure(tree: str, overrides: dict[str, str], frames: list[bytes], count: in
             "cpu_s_per_million_records": cpu / (count * PER_BATCH) * 1e6, "feed_events": received}
 
 
+def append_path(reps: int, appends: int) -> dict:
+    """The append path alone, in this process: ``ReplicaManager.append_records`` of one 10-record batch,
+    ``appends`` times, on the broker's loop, with no page (``broker.append_feed`` None) and with one
+    subscriber (its queue full: publishing drops the oldest, as for a page that fell behind), in
+    turn. Returns microseconds per append, medians over ``reps`` rounds, and the ratio."""
+    import asyncio
+
+    from minibroker.records import build_records
+    from minibroker.testing import BrokerRunner
+    from minibroker.tools.live_view import AppendFeed
+
+    value = b"v" * RECORD_SIZE
+    batch = bytes(build_records(2, [(i, int(time.time() * 1000), None, value) for i in range(PER_BATCH)]))
+    runner = BrokerRunner({"ui.enable": "true", "metrics.port": "0"}, log_level="WARNING").start()
+    try:
+        runner.create_topic("ui-append")
+        broker = runner.broker
+        feed = AppendFeed(broker)
+
+        async def run(n: int) -> float:
+            replicas = broker.replicas
+            t0 = time.perf_counter()
+            for _ in range(n):
+                replicas.append_records("ui-append", 0, bytearray(batch), 9)
+            return (time.perf_counter() - t0) / n * 1e6
+
+        def timed(n: int) -> float:
+            return asyncio.run_coroutine_threadsafe(run(n), runner._loop).result(300)
+
+        timed(appends // 10)  # warm
+        closed, open_ = [], []
+        for _ in range(reps):
+            closed.append(timed(appends))
+            sub = asyncio.run_coroutine_threadsafe(_subscribe(feed), runner._loop).result(10)
+            open_.append(timed(appends))
+            runner._loop.call_soon_threadsafe(feed.unsubscribe, sub)
+    finally:
+        runner.stop()
+        runner.cleanup()
+    return {"us_per_append_no_page": statistics.median(closed),
+            "us_per_append_one_page": statistics.median(open_),
+            "ratio_one_page_to_no_page": statistics.median(open_) / statistics.median(closed),
+            "rounds_no_page": [round(x, 2) for x in closed], "rounds_one_page": [round(x, 2) for x in open_]}
+
+
+async def _subscribe(feed):
+    return feed.subscribe()  # on the loop: its asyncio.Event belongs there
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     default_base = "/work/main" if os.path.isdir("/work/main/minibroker") else None
@@ -133,7 +182,10 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--frames", type=int, default=20000)
     ap.add_argument("--out")
+    ap.add_argument("--appends", type=int, default=20000, help="appends per round of the in-process measure")
     opts = ap.parse_args(argv)
+    in_process = append_path(opts.reps, opts.appends)
+    print("append path, in process:", json.dumps(in_process), flush=True)
     frames = bench.produce_frames("ui-bench", 1, RECORD_SIZE, PER_BATCH, Compression.NONE)
     variants = {}
     if opts.baseline_tree:
@@ -162,7 +214,7 @@ def main(argv=None) -> int:
         }
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "frames": opts.frames,
            "reps": opts.reps, "batch": f"{PER_BATCH} x {RECORD_SIZE} B", "baseline": base,
-           "baseline_tree": opts.baseline_tree, "results": summary}
+           "baseline_tree": opts.baseline_tree, "results": summary, "append_path_in_process": in_process}
     print(json.dumps(out, indent=2))
     if opts.out:
         with open(opts.out, "w") as f:

@@ -297,3 +297,32 @@ def test_explain_route_serves_the_partition_page(ui_broker):
     assert (page["lookup"]["offset"], page["lookup"]["position"]) == (offsets[2], position)
     status, html = get(ui_broker.ui_url + "/explain/p/lv-explain-0/")
     assert status == 200 and "minibroker explain" in html
+
+
+def test_share_group_in_flight_records_with_states_and_delivery_counts(minibroker_factory):
+    clients = pytest.importorskip("test_share_groups_clients")  # skipped without a ShareConsumer
+    runner = minibroker_factory({**UI, **clients.SHARE_OVERRIDES})
+    runner.create_topic("lv-share", 1)
+    group = clients._group(runner, "lv-share")
+    clients._produce_batches(runner, "lv-share", [b"a", b"b", b"c"])
+    consumer = clients._consumer(runner, group)
+    try:
+        consumer.subscribe(["lv-share"])
+        (got,) = clients._poll_until([consumer], lambda got: len(got[0]) == 3, ack=None)
+        assert [(offset, count) for _, offset, count in got] == [(0, 1), (1, 1), (2, 1)]
+        (row,) = [g for g in overview(runner)["groups"] if g["group_id"] == group]
+        assert row["type"] == "share" and [m["assignment"] for m in row["members"]] == [{"lv-share": [0]}]
+        (part,) = row["in_flight"]
+        assert (part["topic"], part["partition"]) == ("lv-share", 0)
+        assert (part["start_offset"], part["end_offset"]) == (0, 3)
+        assert [(r["first"], r["last"], r["state"], r["delivery_count"]) for r in part["runs"]] == [
+            (0, 2, "ACQUIRED", 1)]
+        assert part["runs"][0]["member"] == row["members"][0]["member_id"]
+    finally:
+        consumer.close()
+    # closing released the records the consumer held: available again, and (as Kafka does for records
+    # released by a member leaving) their delivery not counted
+    (row,) = [g for g in overview(runner)["groups"] if g["group_id"] == group]
+    (part,) = row["in_flight"]
+    assert [(r["first"], r["last"], r["state"], r["delivery_count"]) for r in part["runs"]] == [
+        (0, 2, "AVAILABLE", 0)]

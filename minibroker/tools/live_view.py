@@ -8,7 +8,8 @@ and these routes, all GET, all read-only:
 - ``/ui``: the page;
 - ``/ui/api/overview``: topics and partitions (log start, last stable offset, high watermark, log end,
   size, segments, topic overrides), groups (classic, consumer, share: state, members, assignments,
-  committed offsets and lag), open transactions, connected clients, the groups' recent rebalance
+  committed offsets and lag; for share groups the in-flight records: runs of offsets with their
+  state and delivery count), open transactions, connected clients, the groups' recent rebalance
   events. A coordinator that is not built yet is shown as absent: the view never builds one;
 - ``/ui/feed[?topic=T]``: the appends as Server-Sent Events: ``hello`` (the broker's start time, the
   row fields ``FEED_FIELDS`` and ``CODEC_NAMES``), then ``appends``, a JSON array of rows (one per
@@ -49,6 +50,7 @@ FEED_KEEPALIVE_S = 10.0  # an idle feed sends a comment this often (finds closed
 FEED_RETRY_MS = 1000  # the browser's reconnection delay (EventSource ``retry``)
 FEED_FLUSH_S = 0.05  # appends are written to a page at most this often: one write for many
 GROUP_EVENTS = 500  # rebalance events kept for the timeline, all groups together
+SHARE_RUNS_SHOWN = 200  # in-flight runs of records listed per share partition
 _PAGE = "live_view.html"
 _OPEN_TXN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 
@@ -129,7 +131,7 @@ class AppendFeed:
             event = (
                 self.published, time.time(), topic, partition, result.first_offset, result.last_offset,
                 result.record_count, entries[0].magic if entries else -1, len(entries),
-                int(result.source_compression), int(result.target_compression), str(result.path),
+                result.source_compression, result.target_compression, result.path,  # JSON: int, int, str
                 sent_len, len(result.data), produce_version,
                 batch.producer_id if batch else -1, batch.producer_epoch if batch else -1,
                 batch.base_sequence if batch else -1, bool(batch and batch.is_transactional),
@@ -250,6 +252,7 @@ def _groups(broker, leo: dict, group_events: GroupEvents | None) -> list[dict] |
             _modern_members(broker, coordinator.consumer.groups.get(group_id), row)
         else:
             _modern_members(broker, coordinator.share.groups.get(group_id), row)
+            row["in_flight"] = _share_in_flight(broker, group_id, leo)
         if group_type != "share":
             try:
                 offsets = coordinator.fetch_offsets(group_id, None)
@@ -306,6 +309,28 @@ def _modern_members(broker, group, row: dict) -> None:
             "target": named(target[m.member_id]) if m.member_id in target else None,
             "pending_revocation": named(getattr(m, "pending_revocation", {})),
         })
+
+
+def _share_in_flight(broker, group_id: str, leo: dict) -> list[dict] | None:
+    """A share group's partitions held by the broker: start and end of the in-flight window and its
+    runs of records (offsets, state, delivery count, the member holding ACQUIRED ones, their lock
+    deadline), at most ``SHARE_RUNS_SHOWN`` a partition. None while no share fetch has run."""
+    if not broker.loaded("share_partitions"):
+        return None
+    from minibroker.coordinator.share_state import DeliveryState
+
+    out = []
+    for topic, partition, sp in broker.share_partitions.cached_partitions(group_id):
+        runs = sp.runs()
+        out.append({
+            "topic": topic, "partition": partition, "start_offset": sp.start_offset,
+            "end_offset": sp.end_offset, "log_end_offset": leo.get((topic, partition)),
+            "delivery_limit": sp.delivery_limit, "runs_total": len(runs),
+            "runs": [{"first": r.first, "last": r.last, "state": DeliveryState(r.state).name,
+                      "delivery_count": r.count, "member": r.member, "deadline_ms": r.deadline or None}
+                     for r in runs[:SHARE_RUNS_SHOWN]],
+        })
+    return out
 
 
 def _transactions(broker) -> list[dict] | None:
