@@ -95,7 +95,8 @@ def test_feed_lag_and_transactions_as_clients_work(minibroker_factory, page, tmp
                                                                      transactional="true"))
             feed_row.wait_for(timeout=FEED_DEADLINE_MS)
             assert feed_row.get_attribute("data-producer-id") == txn_row.get_attribute("data-producer-id")
-            tab.page.screenshot(path=artifact_path(tmp_path, "live-view.png"))
+            tab.page.screenshot(path=artifact_path(tmp_path, "live-view.png"),  # docs/ui.png is one
+                                clip={"x": 0, "y": 0, "width": 1400, "height": 640})
             tx.commit_transaction()
             txn_row.wait_for(state="detached", timeout=5000)
             tab.page.locator("#no-open-txn").wait_for(timeout=5000)
