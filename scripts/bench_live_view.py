@@ -16,7 +16,10 @@ round after round, in the same run:
   page's EventSource does), which must receive every append.
 
 Prints, and writes with ``--out``, each variant's median MB/s and broker CPU per million records, and the
-ratios to ``absent`` (else to ``off``) of the same run. Goals: ``closed`` ~1.0, ``open`` >= 0.95.
+ratios to ``absent`` (else to ``off``) of the same run. Goals: ``closed`` ~1.0, ``open`` >= 0.95. On a
+busy machine the throughput swings more than that between rounds of one variant; the broker's CPU per
+record (process CPU time) is the steadier figure. First, in this process: the append path's CPU per
+append with no page and with one (``append_path``).
 """
 
 from __future__ import annotations
@@ -129,7 +132,8 @@ def append_path(reps: int, appends: int) -> dict:
     """The append path alone, in this process: ``ReplicaManager.append_records`` of one 10-record batch,
     ``appends`` times, on the broker's loop, with no page (``broker.append_feed`` None) and with one
     subscriber (its queue full: publishing drops the oldest, as for a page that fell behind), in
-    turn. Returns microseconds per append, medians over ``reps`` rounds, and the ratio."""
+    turn. Returns CPU microseconds of the loop thread per append, medians over ``reps`` rounds, and
+    the ratio. The page's writer (JSON, socket) is not in it: the process CPU of ``measure`` is."""
     import asyncio
 
     from minibroker.records import build_records
@@ -146,32 +150,54 @@ def append_path(reps: int, appends: int) -> dict:
 
         async def run(n: int) -> float:
             replicas = broker.replicas
-            t0 = time.perf_counter()
+            t0 = time.thread_time()  # the loop thread's CPU: other processes' load counts far less
             for _ in range(n):
                 replicas.append_records("ui-append", 0, bytearray(batch), 9)
-            return (time.perf_counter() - t0) / n * 1e6
+            return (time.thread_time() - t0) / n * 1e6
 
         def timed(n: int) -> float:
             return asyncio.run_coroutine_threadsafe(run(n), runner._loop).result(300)
 
         timed(appends // 10)  # warm
         closed, open_ = [], []
-        for _ in range(reps):
-            closed.append(timed(appends))
-            sub = asyncio.run_coroutine_threadsafe(_subscribe(feed), runner._loop).result(10)
-            open_.append(timed(appends))
-            runner._loop.call_soon_threadsafe(feed.unsubscribe, sub)
+        for rep in range(reps):  # ABBA: the log grows round after round, the order alternates
+            for subscribed in ((False, True) if rep % 2 == 0 else (True, False)):
+                if not subscribed:
+                    closed.append(timed(appends))
+                    continue
+                sub = asyncio.run_coroutine_threadsafe(_subscribe(feed), runner._loop).result(10)
+                open_.append(timed(appends))
+                runner._loop.call_soon_threadsafe(feed.unsubscribe, sub)
+        publish = asyncio.run_coroutine_threadsafe(_publish_cost(feed, batch, appends * 5),
+                                                   runner._loop).result(300)
     finally:
         runner.stop()
         runner.cleanup()
     return {"us_per_append_no_page": statistics.median(closed),
             "us_per_append_one_page": statistics.median(open_),
             "ratio_one_page_to_no_page": statistics.median(open_) / statistics.median(closed),
-            "rounds_no_page": [round(x, 2) for x in closed], "rounds_one_page": [round(x, 2) for x in open_]}
+            "rounds_no_page": [round(x, 2) for x in closed], "rounds_one_page": [round(x, 2) for x in open_],
+            "us_per_publish": publish}
 
 
 async def _subscribe(feed):
     return feed.subscribe()  # on the loop: its asyncio.Event belongs there
+
+
+async def _publish_cost(feed, batch: bytes, n: int) -> float:
+    """CPU microseconds of ``AppendFeed.publish`` alone, for one subscriber, on a real append result."""
+    from minibroker.records import AppendConfig, validate_and_assign
+
+    result = validate_and_assign(bytearray(batch), next_offset=0, now_ms=int(time.time() * 1000),
+                                 config=AppendConfig(), produce_version=9)
+    sub = feed.subscribe()
+    try:
+        t0 = time.thread_time()
+        for _ in range(n):
+            feed.publish("ui-append", 0, result, 9, len(batch))
+        return (time.thread_time() - t0) / n * 1e6
+    finally:
+        feed.unsubscribe(sub)
 
 
 def main(argv=None) -> int:
