@@ -265,6 +265,28 @@ def test_feed_filters_by_topic_and_forgets_closed_pages(ui_broker):
     wait_for(lambda: ui_broker.broker.append_feed is None, what="the subscriber to be dropped")
 
 
+def test_feed_shows_a_transaction_and_its_commit_marker(ui_broker):
+    feed = FeedReader(ui_broker.ui_url, "?topic=lv-txn")
+    tx = producer(ui_broker, transactional_id="lv-feed-tx")
+    try:
+        tx.init_transactions()
+        tx.begin_transaction()
+        first = tx.send("lv-txn", b"t").get(10).offset
+        (batch, *rows) = feed.appends(1)
+        assert (batch["first_offset"], batch["transactional"], batch["control"]) == (first, True, False)
+        tx.commit_transaction()
+        while not rows:
+            rows = feed.appends(1)
+        (marker,) = rows
+        assert (marker["first_offset"], marker["records"], marker["transactional"], marker["control"]) == (
+            first + 1, 1, True, True)
+        assert marker["producer_id"] == batch["producer_id"]
+        assert marker["producer_epoch"] == batch["producer_epoch"]
+    finally:
+        tx.close(5)
+        feed.close()
+
+
 def test_subscriber_queue_is_bounded_and_drops_the_oldest():
     sub = FeedSubscriber(None)
     for i in range(FEED_QUEUE + 25):

@@ -98,6 +98,9 @@ def test_feed_lag_and_transactions_as_clients_work(minibroker_factory, page, tmp
             tab.page.screenshot(path=artifact_path(tmp_path, "live-view.png"),  # docs/ui.png is one
                                 clip={"x": 0, "y": 0, "width": 1400, "height": 640})
             tx.commit_transaction()
+            # the coordinator's COMMIT marker, right after the transaction's batch
+            tab.page.locator("tr.feed-row" + row_selector(topic="ui-payments", first_offset=first + 1,
+                                                          control="true")).wait_for(timeout=5000)
             txn_row.wait_for(state="detached", timeout=5000)
             tab.page.locator("#no-open-txn").wait_for(timeout=5000)
         finally:

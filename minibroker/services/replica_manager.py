@@ -491,6 +491,9 @@ class ReplicaManager:
             produce_version=PRODUCE_VERSION_FOR_MARKERS, leader_epoch=0, is_from_client=False,
         )
         _write(plog, result)
+        feed = self.broker.append_feed
+        if feed is not None:  # a live-view page is open: the marker is an append like the others
+            feed(topic, partition, result, PRODUCE_VERSION_FOR_MARKERS, len(marker))
         offset = result.first_offset
         completed = table.complete_txn(producer_id, producer_epoch, coordinator_epoch, offset, not commit,
                                        result.max_timestamp)
