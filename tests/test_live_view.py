@@ -219,6 +219,27 @@ def test_overview_shows_partitions_groups_transactions_clients(ui_broker):
         p.close(5)
 
 
+def test_consumer_group_members_with_epochs_and_target_assignment(minibroker_factory):
+    ck = pytest.importorskip("confluent_kafka")
+    runner = minibroker_factory({**UI, "group.consumer.heartbeat.interval.ms": "300"})
+    runner.create_topic("lv-848", 2)
+    consumer = ck.Consumer({"bootstrap.servers": runner.bootstrap_servers, "group.id": "lv-848-group",
+                            "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["lv-848"])
+        wait_for(lambda: consumer.poll(0.05) is None and len(consumer.assignment()) == 2,
+                 what="an assignment")
+        (group,) = [g for g in overview(runner)["groups"] if g["group_id"] == "lv-848-group"]
+        assert (group["type"], group["state"]) == ("consumer", "Stable")
+        (member,) = group["members"]
+        assert member["member_epoch"] == group["epoch"] == group["assignment_epoch"] >= 1
+        assert member["assignment"] == member["target"] == {"lv-848": [0, 1]}
+        assert member["pending_revocation"] == {} and member["state"] == "STABLE"
+        assert any("new target assignment" in e["text"] for e in group["timeline"])
+    finally:
+        consumer.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # the feed
 
