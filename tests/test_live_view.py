@@ -51,11 +51,12 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
 class FeedReader:
     """``GET /ui/feed`` on a raw socket: the response head, then SSE events as (name, data) pairs."""
 
-    def __init__(self, ui_url: str, query: str = ""):
+    def __init__(self, ui_url: str, query: str = "", authorization: str = ""):
         host, port = ui_url.split("//")[1].split("/")[0].split(":")
         self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.sock.sendall(b"GET /ui/feed%s HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
-                          % query.encode())
+        extra = f"Authorization: {authorization}\r\n" if authorization else ""
+        self.sock.sendall(b"GET /ui/feed%s HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n"
+                          % (query.encode(), extra.encode()))
         self.buf = b""
         self.hello = None
         while b"\r\n\r\n" not in self.buf:
@@ -154,11 +155,87 @@ def test_refused_on_a_non_loopback_bind_unless_allowed(minibroker_factory):
     assert "non-loopback address" in allowed.log_text()
 
 
-def test_refused_while_an_authorizer_is_configured(minibroker_factory):
+def get_as(url: str, user: str | None, password: str = "") -> tuple[int, str, dict]:
+    """GET with HTTP basic auth (none when ``user`` is None): status, body, headers."""
+    import base64
+
+    req = urllib.request.Request(url)
+    if user is not None:
+        req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_with_an_authorizer_basic_auth_and_describe_per_resource(minibroker_factory, mechanism):
+    from kafka import KafkaProducer
+
     runner = minibroker_factory({**UI, "authorizer.class.name": STANDARD_AUTHORIZER,
-                                 "allow.everyone.if.no.acl.found": "true"})
-    status, body = get(runner.ui_url + "/api/overview")
-    assert status == 403 and "authorizer" in body
+                                 "super.users": "User:admin"},
+                                security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism)
+    runner.create_topic("lv-secret")
+    connected = KafkaProducer(**runner.client_config("kafka-python", user="admin"))  # a client to list
+    try:
+        connected.send("lv-secret", b"x").get(10)
+        _check_basic_auth(runner)
+    finally:
+        connected.close(5)
+
+
+def _check_basic_auth(runner) -> None:
+    url = runner.ui_url + "/api/overview"
+    status, body, headers = get_as(url, None)
+    assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Basic") and "SASL" in body
+    assert get_as(url, "admin", "wrong")[0] == 401
+    assert get_as(url, "nobody", "admin-secret")[0] == 401
+    status, body, _ = get_as(url, "admin", "admin-secret")  # a super user: everything
+    assert status == 200
+    data = json.loads(body)
+    assert "lv-secret" in [t["name"] for t in data["topics"]]
+    assert [c["principal"] for c in data["clients"]] == ["User:admin"]
+    status, body, _ = get_as(url, "alice", "alice-secret")  # no ACL: DESCRIBE on nothing
+    assert status == 200
+    data = json.loads(body)
+    assert data["topics"] == [] and data["clients"] == []
+    assert get_as(runner.ui_url + "/explain/p/lv-secret-0/", "alice", "alice-secret")[0] == 403
+    assert get_as(runner.ui_url + "/explain/p/lv-secret-0/", "admin", "admin-secret")[0] == 200
+    # an ACL giving alice DESCRIBE on the topic: she sees it (and still no client list)
+    from kafka.admin import (
+        ACL,
+        ACLOperation,
+        ACLPermissionType,
+        KafkaAdminClient,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    admin = KafkaAdminClient(**runner.client_config("kafka-python", user="admin"))
+    try:
+        result = admin.create_acls([ACL("User:alice", "*", ACLOperation.DESCRIBE, ACLPermissionType.ALLOW,
+                                        ResourcePattern(ResourceType.TOPIC, "lv-secret"))])
+        assert result["failed"] == []
+    finally:
+        admin.close()
+    data = json.loads(get_as(url, "alice", "alice-secret")[1])
+    assert [t["name"] for t in data["topics"]] == ["lv-secret"] and data["clients"] == []
+    assert get_as(runner.ui_url + "/explain/p/lv-secret-0/", "alice", "alice-secret")[0] == 200
+    # her feed: the appends of that topic only
+    import base64
+
+    alice = "Basic " + base64.b64encode(b"alice:alice-secret").decode()
+    feed = FeedReader(runner.ui_url, authorization=alice)
+    try:
+        assert b"200 OK" in feed.head
+        name, feed.hello = feed.next_event()
+        runner.produce("lv-hidden", [b"h"])
+        offset = runner.produce("lv-secret", [b"s"])[0]
+        (row, *later) = feed.appends(1)
+        assert (row["topic"], row["first_offset"], later) == ("lv-secret", offset, [])
+    finally:
+        feed.close()
 
 
 # ---------------------------------------------------------------------------------------------

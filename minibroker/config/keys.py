@@ -198,7 +198,8 @@ _BROKER_KEYS = [
        "views; read-only.", minibroker_only=True),
     _k("ui.allow.remote", _BOOL, False,
        "Serve the live view when metrics.port is bound to a non-loopback address (it is refused there "
-       "otherwise); it has no authentication, so keep it to trusted networks.", minibroker_only=True),
+       "otherwise); plain HTTP, authenticated only with an authorizer on (docs/ui.md).",
+       minibroker_only=True),
     # --- topics and requests
     _k("num.partitions", _INT, 1, "Partitions of an auto-created topic.", validator=AtLeast(1)),
     _k("default.replication.factor", _INT, 1,

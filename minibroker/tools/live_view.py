@@ -25,9 +25,10 @@ None until the first subscriber and again after the last (``AppendFeed``). With 
 append copies a few numbers into each subscriber's bounded queue; the text is made by the
 subscriber's own task.
 
-Refused (403 with the reason) on a metrics port bound to a non-loopback address unless
-``ui.allow.remote`` is true, and while an authorizer is configured (the view has no authentication
-of its own yet); both are logged at start.
+Refused (403 with the reason, and logged at start) on a metrics port bound to a non-loopback address
+unless ``ui.allow.remote`` is true. With an authorizer, every request needs HTTP basic auth with a SASL
+PLAIN or SCRAM user of the broker (``BasicAuth``), and shows only what that user may DESCRIBE
+(``Visibility``: topics, groups, transactional ids; the client list needs DESCRIBE on the cluster).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ FEED_KEEPALIVE_S = 10.0  # an idle feed sends a comment this often (finds closed
 FEED_RETRY_MS = 1000  # the browser's reconnection delay (EventSource ``retry``)
 FEED_FLUSH_S = 0.05  # appends are written to a page at most this often: one write for many
 GROUP_EVENTS = 500  # rebalance events kept for the timeline, all groups together
+AUTH_CACHE_S = 60.0  # a verified basic-auth password is trusted this long without checking it again
 SHARE_RUNS_SHOWN = 200  # in-flight runs of records listed per share partition
 _PAGE = "live_view.html"
 _OPEN_TXN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
@@ -182,14 +184,18 @@ class GroupEvents(logging.Handler):
 # the overview
 
 
-def overview(broker, group_events: GroupEvents | None = None) -> dict:
-    """Everything the overview tab shows, as JSON; coordinators not built yet are reported absent."""
+def overview(broker, group_events: GroupEvents | None = None, visible: Visibility | None = None) -> dict:
+    """Everything the overview tab shows, as JSON; coordinators not built yet are reported absent.
+    With ``visible`` (a broker with an authorizer), only what its principal may DESCRIBE."""
     logs = broker.logs
     topics = logs.topics if logs is not None else {}
     by_topic: dict[str, list] = {}
     if logs is not None:
         for plog in logs.logs():
             by_topic.setdefault(plog.topic, []).append(_partition_row(plog))
+    if visible is not None:
+        topics = {name: info for name, info in topics.items() if visible.topic(name)}
+        by_topic = {name: rows for name, rows in by_topic.items() if visible.topic(name)}
     out_topics = []
     for name in sorted(set(topics) | set(by_topic)):
         info = topics.get(name)
@@ -200,6 +206,20 @@ def overview(broker, group_events: GroupEvents | None = None) -> dict:
             "partitions": partitions, "configs": dict(sorted((info.configs if info else {}).items())),
         })
     leo = {(t["name"], p["partition"]): p["log_end_offset"] for t in out_topics for p in t["partitions"]}
+    groups = _groups(broker, leo, group_events)
+    transactions, clients = _transactions(broker), _clients(broker)
+    if visible is not None:
+        from minibroker.security.acls import CLUSTER_NAME
+
+        if groups is not None:
+            groups = [g for g in groups if visible.may(visible.GROUP, g["group_id"])]
+            for g in groups:
+                g["offsets"] = [o for o in g["offsets"] if visible.topic(o["topic"])]
+        if transactions is not None:
+            transactions = [t for t in transactions
+                            if visible.may(visible.TRANSACTIONAL_ID, t["transactional_id"])]
+        if not visible.may(visible.CLUSTER, CLUSTER_NAME):
+            clients = []
     return {
         "broker": {
             "node_id": broker.node_id,
@@ -209,9 +229,9 @@ def overview(broker, group_events: GroupEvents | None = None) -> dict:
         },
         "now_ms": int(time.time() * 1000),
         "topics": out_topics,
-        "groups": _groups(broker, leo, group_events),
-        "transactions": _transactions(broker),
-        "clients": _clients(broker),
+        "groups": groups,
+        "transactions": transactions,
+        "clients": clients,
     }
 
 
@@ -361,6 +381,100 @@ def _clients(broker) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
+# who may see what (a broker with an authorizer)
+
+
+class BasicAuth:
+    """HTTP basic auth against the broker's SASL users, for a broker with an authorizer: a PLAIN
+    password of one of its SASL listeners (their JAAS config), or a SCRAM credential (checked as a
+    SCRAM login would: the stored key of the password salted with the credential's salt). The user's
+    principal is ``User:<name>``; a successful check is remembered for ``AUTH_CACHE_S`` (PBKDF2 costs
+    milliseconds, and the page asks every second)."""
+
+    def __init__(self, broker):
+        from minibroker.config.sasl import sasl_listener_settings
+
+        self.broker = broker
+        self.plain: dict[str, str] = {}
+        for settings in sasl_listener_settings(broker.config, warn=False).values():
+            self.plain.update(settings.plain_users)
+        self._verified: dict[tuple[str, bytes], float] = {}
+
+    def principal(self, head: bytes):
+        """The principal of the request's ``Authorization: Basic`` header; None if absent or wrong."""
+        import base64
+        import binascii
+        import hashlib
+
+        from minibroker.security.principal import KafkaPrincipal
+
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() != b"authorization":
+                continue
+            scheme, _, token = value.strip().partition(b" ")
+            if scheme.lower() != b"basic":
+                return None
+            try:
+                text = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+                user, sep, password = text.partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+            if not sep or not user:
+                return None
+            key = (user, hashlib.sha256(password.encode()).digest())
+            now = time.monotonic()
+            if self._verified.get(key, 0) > now or self._check(user, password):
+                self._verified[key] = now + AUTH_CACHE_S
+                return KafkaPrincipal("User", user)
+            return None
+        return None
+
+    def _check(self, user: str, password: str) -> bool:
+        import hmac
+
+        expected = self.plain.get(user)
+        if expected is not None and hmac.compare_digest(expected.encode(), password.encode()):
+            return True
+        from minibroker.security.sasl.scram import (
+            MECHANISMS,
+            credential_from_salted_password,
+            salted_password,
+        )
+
+        store = self.broker.scram_credentials
+        for mechanism in MECHANISMS.values():
+            stored = store.get(user, mechanism.name)
+            if stored is None:
+                continue
+            salted = salted_password(mechanism, password, stored.salt, stored.iterations)
+            candidate = credential_from_salted_password(mechanism, stored.salt, salted, stored.iterations)
+            if hmac.compare_digest(candidate.stored_key, stored.stored_key):
+                return True
+        return False
+
+
+class Visibility:
+    """What one viewer may see: DESCRIBE on each topic, group, transactional id, and on the cluster for
+    the client list (the authorizer's answers are cached by the authorizer)."""
+
+    def __init__(self, authorizer, principal, host: str):
+        from minibroker.security.acls import AclOperation, ResourceType
+
+        self._authorize = authorizer.authorize
+        self._principal, self._host = principal, host
+        self._describe = AclOperation.DESCRIBE
+        self.TOPIC, self.GROUP = ResourceType.TOPIC, ResourceType.GROUP
+        self.TRANSACTIONAL_ID, self.CLUSTER = ResourceType.TRANSACTIONAL_ID, ResourceType.CLUSTER
+
+    def may(self, resource_type, name: str) -> bool:
+        return self._authorize(self._principal, self._host, self._describe, resource_type, name)
+
+    def topic(self, name: str) -> bool:
+        return self.may(self.TOPIC, name)
+
+
+# ---------------------------------------------------------------------------------------------
 # HTTP
 
 
@@ -377,6 +491,7 @@ class LiveView:
         endpoints = broker.config.listener_endpoints()
         self.host = endpoints[0][1] if endpoints else ""  # the metrics port binds the first listener's host
         self.refusal = self._refusal()
+        self.auth = BasicAuth(broker) if broker.config["authorizer.class.name"] else None
 
     def close(self) -> None:
         logging.getLogger("minibroker.groups").removeHandler(self.group_events)
@@ -384,9 +499,6 @@ class LiveView:
 
     def _refusal(self) -> str | None:
         config = self.broker.config
-        if config["authorizer.class.name"]:
-            return ("an authorizer is configured (authorizer.class.name) and the live view has no "
-                    "authentication of its own yet: it would show every topic, group and client")
         if not _is_loopback(self.host) and not config["ui.allow.remote"]:
             return (f"metrics.port is bound to {self.host or 'every interface'}, not a loopback address; "
                     "set ui.allow.remote=true to serve the live view there")
@@ -411,30 +523,45 @@ class LiveView:
         if self.refusal:
             return self._send(writer, 403, "text/plain; charset=utf-8",
                               f"minibroker live view refused: {self.refusal}\n".encode())
+        visible = None
+        if self.auth is not None:  # an authorizer: who is asking, and DESCRIBE on what is shown
+            principal = self.auth.principal(head)
+            if principal is None:
+                return self._send(writer, 401, "text/plain; charset=utf-8",
+                                  b"the live view of a broker with an authorizer needs the user and "
+                                  b"password of a SASL PLAIN or SCRAM user\n",
+                                  b'WWW-Authenticate: Basic realm="minibroker", charset="UTF-8"\r\n')
+            peer = writer.get_extra_info("peername")
+            visible = Visibility(self.broker.authorizer, principal, peer[0] if peer else "")
         parts = urlsplit(target)
         path = unquote(parts.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         if path in ("/ui", "/ui/"):
             return self._send(writer, 200, "text/html; charset=utf-8", page_html().encode())
         if path == "/ui/api/overview":
-            body = json.dumps(overview(self.broker, self.group_events), separators=(",", ":")).encode()
+            view = overview(self.broker, self.group_events, visible)
+            body = json.dumps(view, separators=(",", ":")).encode()
             return self._send(writer, 200, "application/json", body)
         if path == "/ui/feed":
-            await self._feed(reader, writer, query.get("topic") or None)
+            await self._feed(reader, writer, query.get("topic") or None, visible)
             return None
         if path.startswith("/ui/explain/"):
             rest = path[len("/ui/explain"):]
+            topic = rest.split("/")[2].rpartition("-")[0] if rest.count("/") >= 2 else ""
+            if visible is not None and not visible.topic(topic):
+                return self._send(writer, 403, "text/plain", b"DESCRIBE on the topic is not allowed\n")
             status, ctype, body = await asyncio.to_thread(self._explain, rest, parts.query)
             return self._send(writer, status, ctype, body)
         return self._send(writer, 404, "text/plain", b"not found\n")
 
     @staticmethod
-    def _send(writer: asyncio.StreamWriter, status: int, content_type: str, body: bytes) -> None:
-        reason = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+    def _send(writer: asyncio.StreamWriter, status: int, content_type: str, body: bytes,
+              headers: bytes = b"") -> None:
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
                   405: "Method Not Allowed", 500: "Internal Server Error"}.get(status, "")
         writer.write(b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-                     b"Cache-Control: no-store\r\nConnection: close\r\n\r\n%s"
-                     % (status, reason.encode(), content_type.encode(), len(body), body))
+                     b"Cache-Control: no-store\r\nConnection: close\r\n%s\r\n%s"
+                     % (status, reason.encode(), content_type.encode(), len(body), headers, body))
 
     def _explain(self, rest: str, query: str) -> tuple[int, str, bytes]:
         """explain's routes for one partition (``/p/<topic>-<n>/...``), from the dir holding it."""
@@ -453,7 +580,7 @@ class LiveView:
             return 500, "text/plain; charset=utf-8", f"{type(exc).__name__}: {exc}\n".encode()
 
     async def _feed(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    topic: str | None) -> None:
+                    topic: str | None, visible: Visibility | None = None) -> None:
         """The SSE stream: written by this task only; the broker's appends only fill the queue."""
         sub = self.feed.subscribe(topic)
         closed = asyncio.ensure_future(reader.read(1))  # the page went away (or sent garbage)
@@ -488,6 +615,10 @@ class LiveView:
                     sub.dropped = 0
                 rows = list(sub.events)
                 sub.events.clear()
+                if visible is not None:  # filtered here, not on the append path
+                    rows = [row for row in rows if visible.topic(row[2])]
+                    if not rows and not chunks:
+                        continue
                 chunks.append(b"event: appends\nid: %d\ndata: %s\n\n"
                               % (rows[-1][0], json.dumps(rows, separators=(",", ":")).encode()))
                 writer.write(b"".join(chunks))
