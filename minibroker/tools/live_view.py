@@ -518,7 +518,7 @@ class LiveView:
         if len(line) != 3:
             return self._send(writer, 400, "text/plain", b"bad request\n")
         method, target = line[0], line[1]
-        if method not in ("GET", "HEAD"):
+        if method != "GET":
             return self._send(writer, 405, "text/plain", b"GET only: the live view is read-only\n")
         if self.refusal:
             return self._send(writer, 403, "text/plain; charset=utf-8",
