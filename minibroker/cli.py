@@ -129,6 +129,10 @@ async def run_broker(config) -> None:
     from minibroker.server.broker import Broker
 
     broker = Broker(config)
+    if config["ui.enable"]:  # the live view: imported only when asked for (docs/ui.md)
+        from minibroker.tools.live_view import attach
+
+        attach(broker)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

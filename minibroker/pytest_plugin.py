@@ -16,9 +16,11 @@ Options (command line, or the ini keys of the same name with ``_`` for ``-``):
 - ``--minibroker-mode thread|process``: in-process on a background event-loop thread (default,
   fastest), or a subprocess (for tests that kill or restart it);
 - ``--minibroker-override key=value`` (repeatable; ini ``minibroker_overrides``, one per line).
-The broker's log is attached to the report of a failing test that used one. A process-mode broker
-stops when the pytest process (or pytest-xdist worker) that started it ends, kill -9 included
-(``minibroker.testing.tied_to_this_process``).
+The broker's log is attached to the report of a failing test that used one. With the overrides
+``ui.enable=true`` and ``metrics.port=0``, the live view's URL (``BrokerRunner.ui_url``, docs/ui.md) is
+logged at set-up (``minibroker.testing``, WARNING: shown with a failing test and by ``--pdb``).
+A process-mode broker stops when the pytest process (or pytest-xdist worker) that started it ends,
+kill -9 included (``minibroker.testing.tied_to_this_process``).
 
 What registering costs: nothing of minibroker is imported until a fixture is used, and the broker's
 modules are not put under pytest's assertion rewriting. pytest marks every top-level package of a
@@ -146,6 +148,11 @@ def _started(config, make, keep: list):
     config.stash.setdefault(_RUNNERS, []).append(runner)
     runner.start()
     runner.start_seconds = time.perf_counter() - began
+    if runner.ui_url:  # ui.enable=true: shown with a failing test's captured log, and by --pdb
+        import logging
+
+        logging.getLogger("minibroker.testing").warning("live view of the broker at %s: %s",
+                                                        runner.bootstrap_servers, runner.ui_url)
     return runner
 
 

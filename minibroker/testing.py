@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping
 
 READY_RE = re.compile(r"minibroker ready: .* listening on [A-Z_]+://([^:,\s]*):(\d+)")
+UI_RE = re.compile(r"also serving (http://\S+/ui)\b")  # metrics_http's line for the live view
 
 # The pipe that ties this process's ``minibroker serve`` children to it: (pid, read end, write end).
 # One per process, made on first use; a forked child makes its own (the pid differs).
@@ -298,6 +299,10 @@ class BrokerRunner:
         self._thread = threading.Thread(target=loop.run_forever, name="minibroker", daemon=True)
         self._thread.start()
         self.broker = Broker(config)
+        if config["ui.enable"]:  # the live view (docs/ui.md); ui_url says where
+            from minibroker.tools.live_view import attach
+
+            attach(self.broker)
         future = asyncio.run_coroutine_threadsafe(self.broker.start(), loop)
         try:
             future.result(timeout)
@@ -397,6 +402,13 @@ class BrokerRunner:
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
+
+    @property
+    def ui_url(self) -> str | None:
+        """The live view's address (``ui.enable=true`` and ``metrics.port`` set; docs/ui.md), from the
+        broker's log line; None when it is not served."""
+        found = UI_RE.findall(self.log_text())
+        return found[-1] if found else None
 
     def log_text(self) -> str:
         """The broker's log so far (for failing test reports)."""

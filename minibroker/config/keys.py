@@ -193,6 +193,13 @@ _BROKER_KEYS = [
     _k("metrics.port", _INT, None,
        "Optional HTTP port serving Prometheus metrics at /metrics; unset disables it.",
        validator=Between(0, 65535), minibroker_only=True),
+    _k("ui.enable", _BOOL, False,
+       "Serve the live view (docs/ui.md) at /ui on metrics.port: overview, append feed, partition and group "
+       "views; read-only.", minibroker_only=True),
+    _k("ui.allow.remote", _BOOL, False,
+       "Serve the live view when metrics.port is bound to a non-loopback address (it is refused there "
+       "otherwise); plain HTTP, authenticated only with an authorizer on (docs/ui.md).",
+       minibroker_only=True),
     # --- topics and requests
     _k("num.partitions", _INT, 1, "Partitions of an auto-created topic.", validator=AtLeast(1)),
     _k("default.replication.factor", _INT, 1,

@@ -439,6 +439,12 @@ class SharePartitionManager:
             self._wake(key)
             self._schedule(entry)
 
+    def cached_partitions(self, group_id: str) -> list[tuple[str, int, SharePartition]]:
+        """(topic, partition, share partition) of ``group_id`` held in memory (for the live view,
+        minibroker/tools/live_view.py: read, never changed)."""
+        return sorted(((t, p, e.sp) for (g, t, p), e in list(self._entries.items()) if g == group_id),
+                      key=lambda row: row[:2])
+
     def watch(self, keys: list[tuple[str, str, int]]) -> asyncio.Future:
         """A future resolved when records may have become acquirable on one of ``keys`` (group, topic,
         partition): released, expired, or acknowledged so that the start offset moved."""

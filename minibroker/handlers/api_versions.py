@@ -80,4 +80,9 @@ def unsupported_version_body() -> Struct:
 
 @handles(API_KEY, (0, 4))
 def handle_api_versions(broker, header, request):
+    connection = getattr(header, "connection", None)
+    if connection is not None:  # who the client is, for the live view's client list (v3+ names it)
+        connection.client_id = header.client_id
+        connection.client_software = (getattr(request, "client_software_name", None),
+                                      getattr(request, "client_software_version", None))
     return api_versions_body()

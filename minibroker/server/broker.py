@@ -70,6 +70,12 @@ class Broker:
         self._close_hooks: list = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics_http = None  # MetricsHttpServer (minibroker/server/metrics_http.py)
+        # Extra routes of the metrics port, path prefix -> async handler(head, reader, writer), added
+        # before start() by what sits above the server (the live view: minibroker/tools/live_view.py).
+        self.metrics_mounts: dict = {}
+        # Called with each append while a live-view page listens (ReplicaManager._append_validated);
+        # None otherwise, so the append path pays one attribute check.
+        self.append_feed = None
 
     def __getattr__(self, name: str):
         """A lazy service (minibroker/services/__init__.py) read for the first time: build it now, on

@@ -193,6 +193,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._linger_timer: asyncio.TimerHandle | None = None  # closes a failed SASL login's connection
         self._sock_fd_dup = -1
         self.session_ids: set[int] = set()  # fetch sessions created here (for cleanup)
+        self.client_id: str | None = None  # from the ApiVersions request (handlers/api_versions.py)
+        self.client_software: tuple[str | None, str | None] = (None, None)  # its name, version (v3+)
         # Who the client is (minibroker/security): User:ANONYMOUS until a client certificate or a SASL
         # login says otherwise. Handlers read it as header.principal (authorizer, quotas).
         self.principal = ANONYMOUS

@@ -4,7 +4,9 @@ Started by ``Broker.start()`` when ``metrics.port`` is set (0 picks a free port;
 is ``MetricsHttpServer.port`` and is logged). It binds the host of the first listener, answers
 ``GET /metrics`` (and ``HEAD``) with ``render_prometheus(broker)`` followed by the log cleaner's
 series (``render_cleaner(broker)``), ``GET /`` with a pointer,
-404 for other paths and 405 for other methods; one request per connection
+the routes of ``broker.metrics_mounts`` (path prefix -> handler answering the whole exchange: the
+live view, minibroker/tools/live_view.py, mounts ``/ui``), 404 for other paths and 405 for other
+methods; one request per connection
 (``Connection: close``), a 5 s deadline to send the request head, heads above 16 KiB refused.
 Not a general web server: no keep-alive, no chunked bodies, no TLS.
 
@@ -39,6 +41,8 @@ class MetricsHttpServer:
         self.host = host
         self.port = self.server.sockets[0].getsockname()[1]
         log.info("metrics at http://%s:%d/metrics", host or "0.0.0.0", self.port)
+        for prefix in getattr(self.broker, "metrics_mounts", ()):
+            log.info("also serving http://%s:%d%s", host or "0.0.0.0", self.port, prefix)
 
     async def close(self) -> None:
         if self.server is None:
@@ -61,6 +65,10 @@ class MetricsHttpServer:
         try:
             async with asyncio.timeout(HEAD_TIMEOUT):
                 head = await reader.readuntil(b"\r\n\r\n")
+            mounted = self._mounted(head)
+            if mounted is not None:  # a route added through broker.metrics_mounts answers it whole
+                await mounted(head, reader, writer)
+                return
             status, body, content_type = self._answer(head)
             include_body = not head.startswith(b"HEAD ")
             writer.write(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
@@ -77,6 +85,18 @@ class MetricsHttpServer:
                 await writer.wait_closed()
             except ConnectionError:
                 pass
+
+    def _mounted(self, head: bytes):
+        """The handler of ``broker.metrics_mounts`` whose prefix the request's path starts with."""
+        mounts = getattr(self.broker, "metrics_mounts", None)
+        if not mounts:
+            return None
+        parts = head.split(b"\r\n", 1)[0].split()
+        path = parts[1].decode("latin-1") if len(parts) == 3 else ""
+        for prefix, handler in mounts.items():
+            if path == prefix or path.startswith(prefix + "/") or path.startswith(prefix + "?"):
+                return handler
+        return None
 
     def _answer(self, head: bytes) -> tuple[str, bytes, str]:
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")

@@ -311,7 +311,7 @@ class ReplicaManager:
                 report_unexpected(topic, partition, unexpected, e.code.name)
             raise
         return self._append_validated(topic, partition, plog, result, produce_version, sent,
-                                      from_client=from_client)
+                                      from_client=from_client, sent_len=len(records))
 
     async def append_records_in_worker(
         self,
@@ -364,7 +364,8 @@ class ReplicaManager:
             self._cancels.discard(cancel)
         plog = self.get_log(topic, partition)  # deleted meanwhile: UNKNOWN_TOPIC_OR_PARTITION
         return self._append_validated(topic, partition, plog, rebase(result, plog.log_end_offset),
-                                      produce_version, sent, from_client=from_client)
+                                      produce_version, sent, from_client=from_client,
+                                      sent_len=len(records))
 
     def _workers(self):
         if self._executor is None:
@@ -391,11 +392,12 @@ class ReplicaManager:
 
     def _append_validated(
         self, topic: str, partition: int, plog, result, produce_version: int, sent=None, *,
-        from_client: bool = True,
+        from_client: bool = True, sent_len: int = -1,
     ) -> AppendOutcome:
         """Check idempotence and append a validated ``result`` whose offsets start at the log end.
         ``sent``: (the first bytes of the records as the producer sent them, their whole length), for
-        the byte trace at DEBUG (``_sent_bytes``). An append not ``from_client`` (Kafka's
+        the byte trace at DEBUG (``_sent_bytes``); ``sent_len``: their length (for the live view's
+        feed, ``broker.append_feed``). An append not ``from_client`` (Kafka's
         ``AppendOrigin.COORDINATOR``) has its producer epoch and transaction state checked, not its
         sequence numbers, and is never a duplicate; its batches are recorded in the producer state all
         the same."""
@@ -422,6 +424,9 @@ class ReplicaManager:
                     ErrorCode.DUPLICATE_SEQUENCE_NUMBER, "duplicate batch in a multi-batch request"
                 )
         _write(plog, result)
+        feed = self.broker.append_feed
+        if feed is not None:  # a live-view page is open (minibroker/tools/live_view.py)
+            feed(topic, partition, result, produce_version, sent_len)
         if append_log.isEnabledFor(logging.DEBUG):  # what happened to the batch: for teaching and tracing
             _log_append(topic, partition, result, produce_version, sent)
         if table is not None:
@@ -486,6 +491,9 @@ class ReplicaManager:
             produce_version=PRODUCE_VERSION_FOR_MARKERS, leader_epoch=0, is_from_client=False,
         )
         _write(plog, result)
+        feed = self.broker.append_feed
+        if feed is not None:  # a live-view page is open: the marker is an append like the others
+            feed(topic, partition, result, PRODUCE_VERSION_FOR_MARKERS, len(marker))
         offset = result.first_offset
         completed = table.complete_txn(producer_id, producer_epoch, coordinator_epoch, offset, not commit,
                                        result.max_timestamp)

@@ -1198,41 +1198,19 @@ setInterval(() => fetch("partitions.json").then(r => r.json()).then(names => {{
 # --serve
 
 
-class ExplainServer:
-    """The page over HTTP on 127.0.0.1 (stdlib ``ThreadingHTTPServer`` in a daemon thread), for a
-    data dir (a listing of its partitions) or one partition dir. Every request reads the files
-    afresh, read-only. Routes, relative to a partition's page (``/`` or ``/p/<name>/``):
-    ``data.json?segment=&offset=&position=`` (one page of data), ``sizes.json`` (the segment sizes
-    the page polls every second to reload on an append)."""
+class ExplainRoutes:
+    """What ``--serve`` answers, without the HTTP server (the broker's live view,
+    minibroker/tools/live_view.py, mounts them too), for a data dir (a listing of its partitions) or
+    one partition dir. Every request reads the files afresh, read-only. Routes, relative to a
+    partition's page (``/`` or ``/p/<name>/``): ``data.json?segment=&offset=&position=`` (one page
+    of data), ``sizes.json`` (the segment sizes the page polls every second to reload on an append)."""
 
-    def __init__(self, root: str, *, port: int = 0, append_log: str | None = None):
-        from http.server import ThreadingHTTPServer
-
+    def __init__(self, root: str, *, append_log: str | None = None):
         self.root = root
         self.append_log = append_log
         self.single = None if not is_partition_dir(root) else PartitionFiles.from_path(root)
         if self.single is None and not os.path.isdir(root):
             raise ExplainError(f"{root} is not a data dir or a partition directory")
-        handler = _handler_for(self)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
-
-    def start(self) -> ExplainServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="explain-http", daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
 
     def files_for(self, name: str | None) -> PartitionFiles:
         if name is None:
@@ -1282,13 +1260,42 @@ class ExplainServer:
         return 404, "text/plain", b"not found"
 
 
+class ExplainServer(ExplainRoutes):
+    """The routes over HTTP on 127.0.0.1 (stdlib ``ThreadingHTTPServer`` in a daemon thread)."""
+
+    def __init__(self, root: str, *, port: int = 0, append_log: str | None = None):
+        from http.server import ThreadingHTTPServer
+
+        super().__init__(root, append_log=append_log)
+        handler = _handler_for(self)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def start(self) -> ExplainServer:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="explain-http", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+
 def _int(text: str | None) -> int | None:
     if text is None or text == "":
         return None
     return int(text)
 
 
-def _handler_for(server: ExplainServer):
+def _handler_for(server: ExplainRoutes):
     from http.server import BaseHTTPRequestHandler
 
     class Handler(BaseHTTPRequestHandler):

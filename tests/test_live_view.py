@@ -1,0 +1,448 @@
+"""The live view's JSON endpoints and its Server-Sent Events feed, without a browser (issue 33).
+
+A thread-mode broker with ``ui.enable=true`` and ``metrics.port=0``, driven by kafka-python; the HTTP side
+read with urllib and raw sockets. What the view reports is checked against what the clients got back
+(offsets from the producer's record metadata, the group's committed offsets), never against the code
+under test. The page itself, in Chromium: tests/test_live_view_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from minibroker.tools.live_view import CODEC_NAMES, FEED_FIELDS, FEED_QUEUE, AppendFeed, FeedSubscriber
+
+UI = {"ui.enable": "true", "metrics.port": "0"}
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def overview(runner) -> dict:
+    status, body = get(runner.ui_url + "/api/overview")
+    assert status == 200, body
+    return json.loads(body)
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class FeedReader:
+    """``GET /ui/feed`` on a raw socket: the response head, then SSE events as (name, data) pairs."""
+
+    def __init__(self, ui_url: str, query: str = "", authorization: str = ""):
+        host, port = ui_url.split("//")[1].split("/")[0].split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        extra = f"Authorization: {authorization}\r\n" if authorization else ""
+        self.sock.sendall(b"GET /ui/feed%s HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n"
+                          % (query.encode(), extra.encode()))
+        self.buf = b""
+        self.hello = None
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self._recv()
+        self.head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+
+    def _recv(self) -> bytes:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("the feed closed")
+        return data
+
+    def next_event(self) -> tuple[str, dict | str]:
+        while True:
+            while b"\n\n" not in self.buf:
+                self.buf += self._recv()
+            block, self.buf = self.buf.split(b"\n\n", 1)
+            name, data = "message", None
+            for line in block.decode().split("\n"):
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    data = line[6:]
+            if data is None:
+                continue  # retry: or a keep-alive comment
+            return name, (json.loads(data) if data[:1] in "{[" else data)
+
+    def appends(self, count: int) -> list[dict]:
+        """At least the next ``count`` appends (all of the events read), each row named with the
+        fields and codecs ``hello`` gave."""
+        out = []
+        while len(out) < count:
+            name, data = self.next_event()
+            if name == "hello":
+                self.hello = data
+            elif name == "appends":
+                for values in data:
+                    row = dict(zip(self.hello["fields"], values, strict=True))
+                    row["sent_codec"] = self.hello["codecs"][row["sent_codec"]]
+                    row["codec"] = self.hello["codecs"][row["codec"]]
+                    out.append(row)
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def ui_broker(minibroker_factory):
+    return minibroker_factory(UI)
+
+
+def producer(runner, **settings):
+    from kafka import KafkaProducer
+
+    return KafkaProducer(bootstrap_servers=runner.bootstrap_servers, **{"linger_ms": 0, **settings})
+
+
+# ---------------------------------------------------------------------------------------------
+# routes and refusals
+
+
+def test_off_by_default_nothing_mounted(minibroker_factory):
+    runner = minibroker_factory({"metrics.port": "0"})
+    assert runner.broker.metrics_mounts == {}
+    assert runner.ui_url is None
+    port = runner.broker.metrics_http.port
+    assert get(f"http://127.0.0.1:{port}/ui")[0] == 404
+
+
+def test_page_is_self_contained_and_read_only(ui_broker):
+    status, html = get(ui_broker.ui_url)
+    assert status == 200
+    assert "<script>" in html and "EventSource" in html
+    # no external asset: every src/href is inline, a data: URL or a path of this server
+    for attr in ("src=", "href="):
+        for piece in html.split(attr)[1:]:
+            target = piece[1:].split(piece[0])[0]
+            assert not target.startswith(("http:", "https:", "//")), target
+    req = urllib.request.Request(ui_broker.ui_url + "/api/overview", method="POST", data=b"{}")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 405
+    assert get(ui_broker.ui_url + "/nothing-here")[0] == 404
+    assert get(ui_broker.ui_url + "/explain/p/no-such-topic-0/")[0] == 404
+
+
+def test_refused_on_a_non_loopback_bind_unless_allowed(minibroker_factory):
+    refused = minibroker_factory({**UI, "listeners": "PLAINTEXT://0.0.0.0:0"})
+    port = refused.broker.metrics_http.port
+    status, body = get(f"http://127.0.0.1:{port}/ui")
+    assert status == 403 and "ui.allow.remote" in body
+    assert "the live view is refused" in refused.log_text()
+    allowed = minibroker_factory({**UI, "listeners": "PLAINTEXT://0.0.0.0:0", "ui.allow.remote": "true"})
+    assert get(f"http://127.0.0.1:{allowed.broker.metrics_http.port}/ui")[0] == 200
+    assert "non-loopback address" in allowed.log_text()
+
+
+def get_as(url: str, user: str | None, password: str = "") -> tuple[int, str, dict]:
+    """GET with HTTP basic auth (none when ``user`` is None): status, body, headers."""
+    import base64
+
+    req = urllib.request.Request(url)
+    if user is not None:
+        req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_with_an_authorizer_basic_auth_and_describe_per_resource(minibroker_factory, mechanism):
+    from kafka import KafkaProducer
+
+    runner = minibroker_factory({**UI, "authorizer.class.name": STANDARD_AUTHORIZER,
+                                 "super.users": "User:admin"},
+                                security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism)
+    runner.create_topic("lv-secret")
+    connected = KafkaProducer(**runner.client_config("kafka-python", user="admin"))  # a client to list
+    try:
+        connected.send("lv-secret", b"x").get(10)
+        _check_basic_auth(runner)
+    finally:
+        connected.close(5)
+
+
+def _check_basic_auth(runner) -> None:
+    url = runner.ui_url + "/api/overview"
+    status, body, headers = get_as(url, None)
+    assert status == 401 and headers.get("WWW-Authenticate", "").startswith("Basic") and "SASL" in body
+    assert get_as(url, "admin", "wrong")[0] == 401
+    assert get_as(url, "nobody", "admin-secret")[0] == 401
+    status, body, _ = get_as(url, "admin", "admin-secret")  # a super user: everything
+    assert status == 200
+    data = json.loads(body)
+    assert "lv-secret" in [t["name"] for t in data["topics"]]
+    assert [c["principal"] for c in data["clients"]] == ["User:admin"]
+    status, body, _ = get_as(url, "alice", "alice-secret")  # no ACL: DESCRIBE on nothing
+    assert status == 200
+    data = json.loads(body)
+    assert data["topics"] == [] and data["clients"] == []
+    assert get_as(runner.ui_url + "/explain/p/lv-secret-0/", "alice", "alice-secret")[0] == 403
+    assert get_as(runner.ui_url + "/explain/p/lv-secret-0/", "admin", "admin-secret")[0] == 200
+    # an ACL giving alice DESCRIBE on the topic: she sees it (and still no client list)
+    from kafka.admin import (
+        ACL,
+        ACLOperation,
+        ACLPermissionType,
+        KafkaAdminClient,
+        ResourcePattern,
+        ResourceType,
+    )
+
+    admin = KafkaAdminClient(**runner.client_config("kafka-python", user="admin"))
+    try:
+        result = admin.create_acls([ACL("User:alice", "*", ACLOperation.DESCRIBE, ACLPermissionType.ALLOW,
+                                        ResourcePattern(ResourceType.TOPIC, "lv-secret"))])
+        assert result["failed"] == []
+    finally:
+        admin.close()
+    data = json.loads(get_as(url, "alice", "alice-secret")[1])
+    assert [t["name"] for t in data["topics"]] == ["lv-secret"] and data["clients"] == []
+    assert get_as(runner.ui_url + "/explain/p/lv-secret-0/", "alice", "alice-secret")[0] == 200
+    # her feed: the appends of that topic only
+    import base64
+
+    alice = "Basic " + base64.b64encode(b"alice:alice-secret").decode()
+    feed = FeedReader(runner.ui_url, authorization=alice)
+    try:
+        assert b"200 OK" in feed.head
+        name, feed.hello = feed.next_event()
+        runner.produce("lv-hidden", [b"h"])
+        offset = runner.produce("lv-secret", [b"s"])[0]
+        (row, *later) = feed.appends(1)
+        assert (row["topic"], row["first_offset"], later) == ("lv-secret", offset, [])
+    finally:
+        feed.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the overview
+
+
+def test_overview_shows_partitions_groups_transactions_clients(ui_broker):
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    p = producer(ui_broker, compression_type="gzip")
+    metas = [p.send("lv-orders", key=b"k", value=b"v%d" % i) for i in range(5)]
+    p.flush(10)
+    last = max(m.get(10).offset for m in metas)
+    data = overview(ui_broker)
+    assert data["groups"] is None and data["transactions"] is None  # no coordinator built for the view
+    (topic,) = [t for t in data["topics"] if t["name"] == "lv-orders"]
+    (part,) = topic["partitions"]
+    assert (part["log_start_offset"], part["high_watermark"], part["log_end_offset"]) == (0, last + 1,
+                                                                                          last + 1)
+    assert part["last_stable_offset"] == last + 1 and part["segments"] == 1 and part["size_bytes"] > 0
+    clients = data["clients"]
+    assert any(c["software_name"] == "kafka-python" and c["client_id"].startswith("kafka-python-producer")
+               and c["principal"] == "User:ANONYMOUS" and c["listener"] == "PLAINTEXT" for c in clients)
+
+    consumer = KafkaConsumer("lv-orders", bootstrap_servers=ui_broker.bootstrap_servers, group_id="lv-group",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        wait_for(lambda: consumer.poll(200), what="records")
+        tp = TopicPartition("lv-orders", 0)
+        consumer.commit({tp: OffsetAndMetadata(2, "", -1)})
+        (group,) = [g for g in overview(ui_broker)["groups"] if g["group_id"] == "lv-group"]
+        assert group["type"] == "classic" and group["state"] == "Stable"
+        assert [m["assignment"] for m in group["members"]] == [{"lv-orders": [0]}]
+        assert group["offsets"] == [{"topic": "lv-orders", "partition": 0, "committed": 2,
+                                     "log_end_offset": last + 1, "lag": last + 1 - 2}]
+        assert any("stabilized group lv-group" in e["text"] for e in group["timeline"])
+        consumer.commit({tp: OffsetAndMetadata(last + 1, "", -1)})
+        (group,) = [g for g in overview(ui_broker)["groups"] if g["group_id"] == "lv-group"]
+        assert group["offsets"][0]["lag"] == 0
+    finally:
+        consumer.close()
+
+    tx = producer(ui_broker, transactional_id="lv-tx")
+    try:
+        tx.init_transactions()
+        tx.begin_transaction()
+        first = tx.send("lv-payments", b"p").get(10).offset
+        (txn,) = overview(ui_broker)["transactions"]
+        assert (txn["transactional_id"], txn["state"]) == ("lv-tx", "Ongoing")
+        assert txn["partitions"] == ["lv-payments-0"]
+        (pay,) = [t for t in overview(ui_broker)["topics"] if t["name"] == "lv-payments"]
+        assert pay["partitions"][0]["last_stable_offset"] == first  # held back by the open transaction
+        tx.commit_transaction()
+        assert overview(ui_broker)["transactions"] == []
+    finally:
+        tx.close(5)
+        p.close(5)
+
+
+def test_consumer_group_members_with_epochs_and_target_assignment(minibroker_factory):
+    ck = pytest.importorskip("confluent_kafka")
+    runner = minibroker_factory({**UI, "group.consumer.heartbeat.interval.ms": "300"})
+    runner.create_topic("lv-848", 2)
+    consumer = ck.Consumer({"bootstrap.servers": runner.bootstrap_servers, "group.id": "lv-848-group",
+                            "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["lv-848"])
+        wait_for(lambda: consumer.poll(0.05) is None and len(consumer.assignment()) == 2,
+                 what="an assignment")
+        (group,) = [g for g in overview(runner)["groups"] if g["group_id"] == "lv-848-group"]
+        assert (group["type"], group["state"]) == ("consumer", "Stable")
+        (member,) = group["members"]
+        assert member["member_epoch"] == group["epoch"] == group["assignment_epoch"] >= 1
+        assert member["assignment"] == member["target"] == {"lv-848": [0, 1]}
+        assert member["pending_revocation"] == {} and member["state"] == "STABLE"
+        assert any("new target assignment" in e["text"] for e in group["timeline"])
+    finally:
+        consumer.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the feed
+
+
+def test_feed_pushes_each_append_with_what_the_producer_got_back(ui_broker):
+    feed = FeedReader(ui_broker.ui_url)
+    try:
+        assert b"200 OK" in feed.head and b"text/event-stream" in feed.head
+        name, feed.hello = feed.next_event()
+        assert name == "hello" and feed.hello["queue"] == FEED_QUEUE
+        assert (tuple(feed.hello["fields"]), tuple(feed.hello["codecs"])) == (FEED_FIELDS, CODEC_NAMES)
+        # lingering: the three records go in one batch
+        p = producer(ui_broker, compression_type="gzip", enable_idempotence=True, linger_ms=500)
+        sent = [p.send("lv-feed", value=b"x" * 100) for _ in range(3)]
+        p.flush(10)
+        offsets = [m.get(10).offset for m in sent]
+        (event, *later) = feed.appends(1)
+        assert later == [], later
+        assert (event["topic"], event["partition"]) == ("lv-feed", 0)
+        assert (event["first_offset"], event["last_offset"], event["records"]) == (offsets[0], offsets[-1], 3)
+        assert (event["magic"], event["codec"], event["sent_codec"]) == (2, "gzip", "gzip")
+        assert event["path"] == "in-place"
+        assert event["producer_id"] >= 0 and event["producer_epoch"] == 0 and event["base_sequence"] == 0
+        assert event["sent_bytes"] == event["stored_bytes"] > 0 and not event["transactional"]
+        p.close(5)
+    finally:
+        feed.close()
+
+
+def test_feed_filters_by_topic_and_forgets_closed_pages(ui_broker):
+    feed = FeedReader(ui_broker.ui_url, "?topic=lv-wanted")
+    p = producer(ui_broker)
+    try:
+        p.send("lv-other", b"a").get(10)
+        want = p.send("lv-wanted", b"b").get(10).offset
+        (event,) = feed.appends(1)
+        assert (event["topic"], event["first_offset"]) == ("lv-wanted", want)
+        view_feed = ui_broker.broker.append_feed
+        assert view_feed is not None
+    finally:
+        feed.close()
+        p.close(5)
+    # the server notices the closed socket and removes the subscriber: appends cost nothing again
+    wait_for(lambda: ui_broker.broker.append_feed is None, what="the subscriber to be dropped")
+
+
+def test_feed_shows_a_transaction_and_its_commit_marker(ui_broker):
+    feed = FeedReader(ui_broker.ui_url, "?topic=lv-txn")
+    tx = producer(ui_broker, transactional_id="lv-feed-tx")
+    try:
+        tx.init_transactions()
+        tx.begin_transaction()
+        first = tx.send("lv-txn", b"t").get(10).offset
+        (batch, *rows) = feed.appends(1)
+        assert (batch["first_offset"], batch["transactional"], batch["control"]) == (first, True, False)
+        tx.commit_transaction()
+        while not rows:
+            rows = feed.appends(1)
+        (marker,) = rows
+        assert (marker["first_offset"], marker["records"], marker["transactional"], marker["control"]) == (
+            first + 1, 1, True, True)
+        assert marker["producer_id"] == batch["producer_id"]
+        assert marker["producer_epoch"] == batch["producer_epoch"]
+    finally:
+        tx.close(5)
+        feed.close()
+
+
+def test_subscriber_queue_is_bounded_and_drops_the_oldest():
+    sub = FeedSubscriber(None)
+    for i in range(FEED_QUEUE + 25):
+        sub.offer((i,))
+    assert len(sub.events) == FEED_QUEUE and sub.dropped == 25
+    assert sub.events[0] == (25,) and sub.events[-1] == (FEED_QUEUE + 24,)
+
+
+def test_publish_never_raises_into_the_append_path(caplog):
+    broker = SimpleNamespace(append_feed=None)
+    feed = AppendFeed(broker)
+    sub = feed.subscribe()
+    assert broker.append_feed == feed.publish
+    feed.publish("t", 0, object(), 9, 10)  # not an AppendResult: logged, not raised
+    assert not sub.events and "could not be published" in caplog.text
+    feed.unsubscribe(sub)
+    assert broker.append_feed is None
+
+
+def test_explain_route_serves_the_partition_page(ui_broker):
+    p = producer(ui_broker)
+    offsets = [p.send("lv-explain", b"v" * 50).get(10).offset for _ in range(4)]
+    p.close(5)
+    status, body = get(ui_broker.ui_url + f"/explain/p/lv-explain-0/data.json?offset={offsets[2]}")
+    assert status == 200
+    page = json.loads(body)
+    assert page["partition"]["log_end_offset"] == offsets[-1] + 1
+    assert [b["base_offset"] for b in page["window"]["batches"]] == offsets
+    position = {b["base_offset"]: b["position"] for b in page["window"]["batches"]}[offsets[2]]
+    assert (page["lookup"]["offset"], page["lookup"]["position"]) == (offsets[2], position)
+    status, html = get(ui_broker.ui_url + "/explain/p/lv-explain-0/")
+    assert status == 200 and "minibroker explain" in html
+
+
+def test_share_group_in_flight_records_with_states_and_delivery_counts(minibroker_factory):
+    clients = pytest.importorskip("test_share_groups_clients")  # skipped without a ShareConsumer
+    runner = minibroker_factory({**UI, **clients.SHARE_OVERRIDES})
+    runner.create_topic("lv-share", 1)
+    group = clients._group(runner, "lv-share")
+    clients._produce_batches(runner, "lv-share", [b"a", b"b", b"c"])
+    consumer = clients._consumer(runner, group)
+    try:
+        consumer.subscribe(["lv-share"])
+        (got,) = clients._poll_until([consumer], lambda got: len(got[0]) == 3, ack=None)
+        assert [(offset, count) for _, offset, count in got] == [(0, 1), (1, 1), (2, 1)]
+        (row,) = [g for g in overview(runner)["groups"] if g["group_id"] == group]
+        assert row["type"] == "share" and [m["assignment"] for m in row["members"]] == [{"lv-share": [0]}]
+        (part,) = row["in_flight"]
+        assert (part["topic"], part["partition"]) == ("lv-share", 0)
+        assert (part["start_offset"], part["end_offset"]) == (0, 3)
+        assert [(r["first"], r["last"], r["state"], r["delivery_count"]) for r in part["runs"]] == [
+            (0, 2, "ACQUIRED", 1)]
+        assert part["runs"][0]["member"] == row["members"][0]["member_id"]
+    finally:
+        consumer.close()
+    # closing released the records the consumer held: available again, and (as Kafka does for records
+    # released by a member leaving) their delivery not counted
+    (row,) = [g for g in overview(runner)["groups"] if g["group_id"] == group]
+    (part,) = row["in_flight"]
+    assert [(r["first"], r["last"], r["state"], r["delivery_count"]) for r in part["runs"]] == [
+        (0, 2, "AVAILABLE", 0)]
