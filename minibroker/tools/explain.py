@@ -1305,12 +1305,16 @@ def _handler_for(server: ExplainRoutes):
             except Exception as exc:  # noqa: BLE001 - a file vanished mid-read (retention): say so
                 status, ctype = 500, "text/plain; charset=utf-8"
                 body = f"{type(exc).__name__}: {exc}".encode()
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                # the browser left first (a reload, a closed tab, a poll it gave up on): nothing to say
+                self.close_connection = True
 
         def log_message(self, format, *args) -> None:  # noqa: A002 - quiet: one line per poll otherwise
             pass
