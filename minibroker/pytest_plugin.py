@@ -5,7 +5,8 @@ PYTEST_DONT_REWRITE (this module's asserts are its own business, not pytest's to
 Fixtures:
 - ``minibroker`` (session scope): one broker for the whole run, with ``.bootstrap_servers``,
   ``.create_topic(name, partitions=1, config=None)``, ``.delete_topic``, ``.produce``, ``.consume``,
-  ``.restart()``, ``.data_dir``, ``.start_seconds`` (see ``minibroker.testing.BrokerRunner``);
+  ``.restart()``, ``.data_dir``, ``.start_seconds``, ``.inject(**rule)`` (fault injection, docs/testing.md;
+  the fixtures set ``fault.injection.enable=true``) (see ``minibroker.testing.BrokerRunner``);
 - ``minibroker_factory`` (function scope): ``minibroker_factory(overrides=None, mode=None)`` starts
   more brokers with their own config; all are stopped and their data removed after the test. Security
   keywords pass through to ``BrokerRunner``: ``minibroker_factory(security_protocol="SASL_SSL",
@@ -155,7 +156,7 @@ def minibroker(request):
     mode, overrides = _settings(request.config)
     kept: list = []
     try:
-        runner = _started(request.config, lambda cls: cls(overrides, mode=mode), kept)
+        runner = _started(request.config, lambda cls: cls({**FAULTS_ON, **overrides}, mode=mode), kept)
         yield runner
     finally:
         for runner in kept:
@@ -171,7 +172,7 @@ def minibroker_factory(request):
 
     def start(overrides: dict[str, str] | None = None, *, mode: str | None = None,
               data_dir: str | None = None, **security):
-        runner = _started(request.config, lambda cls: cls({**base, **(overrides or {})},
+        runner = _started(request.config, lambda cls: cls({**FAULTS_ON, **base, **(overrides or {})},
                                                           mode=mode or mode_default, data_dir=data_dir,
                                                           **security), started)
         return runner
@@ -183,6 +184,9 @@ def minibroker_factory(request):
 
 
 _RUNNERS = pytest.StashKey[list]()
+# The fixtures' brokers take fault rules (``broker.inject(...)``, minibroker/server/faults.py); an override
+# of fault.injection.enable wins.
+FAULTS_ON = {"fault.injection.enable": "true"}
 
 
 def _forget(config, runner) -> None:

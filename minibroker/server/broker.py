@@ -70,6 +70,7 @@ class Broker:
         self._close_hooks: list = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics_http = None  # MetricsHttpServer (minibroker/server/metrics_http.py)
+        self.faults = None  # FaultInjector (minibroker/server/faults.py) with fault.injection.enable=true
 
     def __getattr__(self, name: str):
         """A lazy service (minibroker/services/__init__.py) read for the first time: build it now, on
@@ -115,6 +116,10 @@ class Broker:
         # Dynamic configs first (a read, nothing written): TLS keys altered at run time apply to the
         # contexts built next, and topic configs inherit from them when the logs load.
         readable = self.load_dynamic_configs()
+        if self.config["fault.injection.enable"]:  # refused here, before anything is bound or locked
+            from minibroker.server.faults import enable as enable_faults
+
+            self.faults = enable_faults(self)
         from minibroker.services.features import ensure_elr_min_isr
 
         # in memory here; saved once the dirs are locked, unless that would overwrite an unreadable file
@@ -163,6 +168,10 @@ class Broker:
                 from minibroker.server.metrics_http import start_metrics_http  # only with metrics.port
 
                 self.metrics_http = await start_metrics_http(self, metrics_host, sock)
+                if self.faults is not None:
+                    from minibroker.server.faults_http import serve_faults
+
+                    serve_faults(self.metrics_http, self.faults)
         except BaseException:
             for sock in [s for _, _, s in listening] + [metrics_sock]:
                 if sock is not None:

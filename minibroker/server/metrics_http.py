@@ -32,6 +32,9 @@ class MetricsHttpServer:
         self.host = ""
         self.port = 0
         self._handlers: set[asyncio.Task] = set()
+        # path prefix -> async fn(method, target, head, reader) -> (status, body, content type): routes
+        # other modules serve here (minibroker/server/faults_http.py, /faults)
+        self.routes: dict[str, object] = {}
 
     async def start(self, host: str, sock) -> None:
         """Serve on ``sock``, a listening socket bound by the broker before it loaded its logs."""
@@ -61,7 +64,11 @@ class MetricsHttpServer:
         try:
             async with asyncio.timeout(HEAD_TIMEOUT):
                 head = await reader.readuntil(b"\r\n\r\n")
-            status, body, content_type = self._answer(head)
+            route = self._route(head)
+            if route is not None:
+                status, body, content_type = await route[0](*route[1:], head, reader)
+            else:
+                status, body, content_type = self._answer(head)
             include_body = not head.startswith(b"HEAD ")
             writer.write(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
                          % (status.encode(), content_type.encode(), len(body)))
@@ -77,6 +84,15 @@ class MetricsHttpServer:
                 await writer.wait_closed()
             except ConnectionError:
                 pass
+
+    def _route(self, head: bytes):
+        """(fn, method, target) of a route registered in ``routes`` for this request, else None."""
+        parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+        if len(parts) == 3:
+            for prefix, fn in self.routes.items():
+                if parts[1] == prefix or parts[1].startswith(prefix + "/"):
+                    return fn, parts[0], parts[1]
+        return None
 
     def _answer(self, head: bytes) -> tuple[str, bytes, str]:
         request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
