@@ -420,3 +420,93 @@ def test_fault_injection_is_off_unless_enabled_and_refused_beyond_loopback(tmp_p
                            host="0.0.0.0")
     with allowed:
         assert "reachable beyond loopback" in allowed.log_text()
+
+
+# -- random faults never corrupt what was acknowledged -----------------------------------------------------
+
+_RETRIABLE = ["NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR", "NOT_ENOUGH_REPLICAS",
+              "LEADER_NOT_AVAILABLE"]
+_COORDINATOR = ["NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"]
+
+
+def _random_rule():
+    from hypothesis import strategies as st
+
+    window = st.fixed_dictionaries({}, optional={"count": st.integers(1, 3),
+                                                 "probability": st.sampled_from([0.3, 0.7, 1.0])})
+    produce_error = st.fixed_dictionaries({"api": st.just("Produce"), "error": st.sampled_from(_RETRIABLE),
+                                           "after_handling": st.booleans()})
+    commit_error = st.fixed_dictionaries({"api": st.sampled_from(["OffsetCommit", "OffsetFetch",
+                                                                  "FindCoordinator"]),
+                                          "error": st.sampled_from(_COORDINATOR)})
+    fetch_error = st.fixed_dictionaries({"api": st.sampled_from(["Fetch", "ListOffsets", "Metadata"]),
+                                         "error": st.sampled_from(["NOT_LEADER_OR_FOLLOWER",
+                                                                   "UNKNOWN_TOPIC_OR_PARTITION"])})
+    other = st.one_of(
+        st.fixed_dictionaries({"api": st.sampled_from(["Produce", "Fetch", "OffsetCommit", "Metadata"]),
+                               "delay_ms": st.integers(1, 150)}),
+        st.fixed_dictionaries({"api": st.sampled_from(["Produce", "Fetch", "OffsetCommit"]),
+                               "drop": st.sampled_from(["before", "after"])}),
+        st.fixed_dictionaries({"api": st.sampled_from(["Produce", "Fetch"]),
+                               "throttle_ms": st.integers(1, 150)}))
+    return st.tuples(st.one_of(produce_error, commit_error, fetch_error, other), window).map(
+        lambda pair: {**pair[0], **pair[1]})
+
+
+@pytest.mark.slow
+def test_random_faults_never_corrupt_acknowledged_records_or_committed_offsets(minibroker):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+
+    rounds = iter(range(1000))
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(rules=st.lists(_random_rule(), min_size=1, max_size=3))
+    def run(rules):
+        topic = f"faults-random-{next(rounds)}"
+        minibroker.create_topic(topic, 2)
+        # scoped to this example's topic, or group (the coordinator APIs name no topic)
+        coordinated = ("FindCoordinator", "OffsetFetch", "OffsetCommit")
+        handles = [minibroker.inject(**r, **({"group": topic} if r["api"] in coordinated
+                                             else {"topic": topic})) for r in rules]
+        acked: dict[bytes, tuple[int, int]] = {}
+        commits_tried: list[int] = []
+        last_committed = None
+        producer = KafkaProducer(bootstrap_servers=minibroker.bootstrap_servers, retry_backoff_ms=5,
+                                 request_timeout_ms=1000, delivery_timeout_ms=4000, linger_ms=0)
+        consumer = KafkaConsumer(bootstrap_servers=minibroker.bootstrap_servers, group_id=topic,
+                                 enable_auto_commit=False, request_timeout_ms=1000, retry_backoff_ms=5)
+        tp = TopicPartition(topic, 0)
+        try:
+            futures = [(f"v{i}".encode(), producer.send(topic, f"v{i}".encode(), partition=i % 2))
+                       for i in range(20)]
+            for value, future in futures:
+                try:
+                    sent = future.get(timeout=6)
+                    acked[value] = (sent.partition, sent.offset)
+                except Exception:  # noqa: BLE001 - a failed send is the client's business: not acknowledged
+                    pass
+            for offset in (1, 3, 5):
+                commits_tried.append(offset)
+                try:
+                    consumer.commit({tp: OffsetAndMetadata(offset, "", -1)})
+                    last_committed = offset
+                except Exception:  # noqa: BLE001 - a failed commit may or may not have been written
+                    pass
+        finally:
+            for handle in handles:
+                handle.remove()
+            producer.close(timeout=2)
+        try:
+            committed = consumer.committed(tp)
+        finally:
+            consumer.close()
+        stored = {(r.partition, r.offset): r.value for p in (0, 1)
+                  for r in minibroker.consume(topic, 100, partition=p, timeout=1)}
+        for value, where in acked.items():
+            assert stored.get(where) == value, (rules, value, where)
+        if last_committed is not None:
+            assert committed in commits_tried[commits_tried.index(last_committed):], (rules, committed)
+
+    run()
