@@ -99,6 +99,18 @@ def test_a_top_level_error_and_a_client_id_filter(minibroker):
                 ("a", ErrorCode.COORDINATOR_NOT_AVAILABLE), ("b", ErrorCode.COORDINATOR_NOT_AVAILABLE)]
 
 
+def test_metadata_errors_are_per_topic(minibroker, topic_name):
+    minibroker.create_topic(topic_name)
+    metadata = {"topics": [{"name": topic_name}], "allow_auto_topic_creation": False}
+    with minibroker.inject(api="Metadata", topic=topic_name, error="LEADER_NOT_AVAILABLE", count=1) as rule:
+        with _wire(minibroker) as wire:
+            failed, served = wire.request(3, 9, metadata), wire.request(3, 9, metadata)
+        assert rule.matched == 1
+    assert [(t.name, t.error_code, t.partitions) for t in failed.topics] == [
+        (topic_name, ErrorCode.LEADER_NOT_AVAILABLE, [])]
+    assert served.topics[0].error_code == 0 and len(served.topics[0].partitions) == 1
+
+
 def test_hold_until_released(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     with minibroker.inject(api="ListOffsets", topic=topic_name, hold=True) as rule, _wire(minibroker) as wire:

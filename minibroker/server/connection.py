@@ -33,7 +33,10 @@ Rules kept here:
   handled before authentication (others close the connection), takes SaslHandshake v0's unframed
   tokens, and a failed exchange closes the connection once its answer is written;
 - an unknown API key, an unsupported version (other than ApiVersions') or an undecodable
-  request closes this connection only, logged at debug.
+  request closes this connection only, logged at debug;
+- with ``fault.injection.enable=true``, a request a fault rule matches is answered by what
+  ``broker.faults`` (minibroker/server/faults.py) puts in place of its handler; without it the cost
+  is the one ``broker.faults`` check.
 """
 
 from __future__ import annotations

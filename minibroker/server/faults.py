@@ -417,6 +417,12 @@ def set_errors(api_key: int, version: int, response, code: int, wanted) -> None:
                 if wanted(getattr(topic, path.resp_name, None), getattr(p, path.resp_index)):
                     setattr(p, path.error_field, int(code))
         return
+    if api_key in (3, 75):
+        for t in response.topics or ():
+            if wanted(t.name, None):
+                t.error_code = int(code)
+                t.partitions = []
+        return
     if api_key == 10 and version >= 4:
         for c in response.coordinators:
             c.error_code = int(code)
@@ -577,7 +583,7 @@ class FaultInjector:
         if rule.apis is None and rule.topic is not None:  # a partition's fault: the APIs that name it
             return _partitioned(api_key, version) is not None
         return (_partitioned(api_key, version) is not None or has_top_level_error(api_key, version)
-                or api_key in (9, 10, 24))
+                or api_key in (3, 9, 10, 24, 75))
 
     def handler_for(self, conn, header, request, fn, frame, body_pos):
         """What the connection calls in place of the handler ``fn`` for this request: ``fn`` itself
@@ -670,8 +676,10 @@ class FaultInjector:
     def _erring(self, rule: FaultRule, conn, fn, code: int):
         def erring(broker, header, request):
             api_key, version = header.api_key, header.api_version
-            if api_key == 3 or api_key == 75:  # offline: Metadata shows it (the overlay), answered as usual
-                return _then(fn, lambda h, r: self._offline_metadata(r, rule))(broker, header, request)
+            if api_key == 3 or api_key == 75:  # Metadata: answered, then the rule's topics carry it
+                if rule.action == "offline":
+                    return _then(fn, lambda h, r: self._offline_metadata(r, rule))(broker, header, request)
+                return _then(fn, lambda h, r: _topic_errors(r, rule.topic, code))(broker, header, request)
             if api_key == 0 and request.acks == 0:  # never answered: Kafka closes the connection
                 conn.close(abort=True)
                 return None
@@ -741,6 +749,15 @@ class FaultInjector:
                     p.isr_nodes = []
                     p.offline_replicas = list(p.replica_nodes or ())
         return response
+
+
+def _topic_errors(response, topic: str | None, code: int):
+    """A Metadata (or DescribeTopicPartitions) answer whose topics (``topic``, or all) carry ``code``."""
+    for t in response.topics or ():
+        if topic is None or t.name == topic:
+            t.error_code = int(code)
+            t.partitions = []
+    return response
 
 
 def _then(fn, after):
