@@ -86,6 +86,26 @@ def test_an_error_fails_only_the_matching_partitions_and_count_bounds_it(minibro
     assert codes[2] == [(0, 0), (1, 0), (2, 0)]  # the count is spent: answered as usual
 
 
+def test_topics_named_by_id_match_by_name(minibroker, topic_name):
+    minibroker.create_topic(topic_name, 2)
+    minibroker.produce(topic_name, [b"x"], partition=0)
+    with _wire(minibroker) as wire:
+        topic_id = wire.request(3, 12, {"topics": [{"name": topic_name}]}).topics[0].topic_id
+        fetch = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                 "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                 "topics": [{"topic_id": topic_id, "partitions": [
+                     {"partition": p, "fetch_offset": 0, "current_leader_epoch": -1, "log_start_offset": -1,
+                      "partition_max_bytes": 1 << 20} for p in (0, 1)]}], "forgotten_topics_data": [],
+                 "rack_id": ""}
+        with minibroker.inject(api="Fetch", topic=topic_name, partition=1,
+                               error="KAFKA_STORAGE_ERROR") as rule:
+            answer = wire.request(1, 13, fetch)
+            assert rule.matched == 1
+    assert [t.topic_id for t in answer.responses] == [topic_id]
+    codes = sorted((p.partition_index, p.error_code) for p in answer.responses[0].partitions)
+    assert codes == [(0, 0), (1, ErrorCode.KAFKA_STORAGE_ERROR)]
+
+
 def test_a_top_level_error_and_a_client_id_filter(minibroker):
     body = {"key": "g-faults", "key_type": 0}
     with minibroker.inject(api="FindCoordinator", client_id="victim", error="COORDINATOR_NOT_AVAILABLE"):

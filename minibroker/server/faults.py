@@ -330,7 +330,7 @@ def request_partitions(api_key: int, version: int, request, topic_name) -> list[
 
 def _topic_of(topic, name_field: str, topic_name) -> str | None:
     name = getattr(topic, name_field, None)
-    if name is None:
+    if not name:  # a version that names topics by id ("" or None here)
         topic_id = getattr(topic, "topic_id", ZERO_UUID)
         if topic_id != ZERO_UUID:
             name = topic_name(topic_id)
@@ -407,14 +407,15 @@ def _partition_errors(path: PartitionPath, request, code: int) -> Struct:
     return Struct(throttle_time_ms=0, error_code=0, **{path.resp_topics: topics})
 
 
-def set_errors(api_key: int, version: int, response, code: int, wanted) -> None:
+def set_errors(api_key: int, version: int, response, code: int, wanted, topic_name) -> None:
     """Put ``code`` into a real answer: on the partitions ``wanted(topic, partition)`` accepts, else
-    top-level (after_handling)."""
+    top-level (after_handling); ``topic_name(topic_id)`` names topics the answer gives by id."""
     path = _partitioned(api_key, version)
     if path is not None and int(code) not in COORDINATOR_ERRORS:
         for topic in getattr(response, path.resp_topics, None) or ():
+            name = _topic_of(topic, path.resp_name, topic_name)
             for p in getattr(topic, path.resp_partitions) or ():
-                if wanted(getattr(topic, path.resp_name, None), getattr(p, path.resp_index)):
+                if wanted(name, getattr(p, path.resp_index)):
                     setattr(p, path.error_field, int(code))
         return
     if api_key in (3, 75):
@@ -436,22 +437,26 @@ def set_errors(api_key: int, version: int, response, code: int, wanted) -> None:
 
 def merge_answers(path: PartitionPath, response, extra: Struct) -> None:
     """Add the topics of ``extra`` (partitions answered with an error) to ``response``."""
-    mine = {getattr(t, path.resp_name, None): t for t in getattr(response, path.resp_topics)}
+    def key(t):
+        topic_id = getattr(t, "topic_id", None)
+        return getattr(t, path.resp_name, None) if topic_id in (None, ZERO_UUID) else topic_id
+
+    mine = {key(t): t for t in getattr(response, path.resp_topics)}
     for topic in getattr(extra, path.resp_topics):
-        have = mine.get(getattr(topic, path.resp_name))
+        have = mine.get(key(topic))
         if have is None:
             getattr(response, path.resp_topics).append(topic)
         else:
             getattr(have, path.resp_partitions).extend(getattr(topic, path.resp_partitions))
 
 
-def split_request(path: PartitionPath, request, taken) -> Struct:
+def split_request(path: PartitionPath, request, taken, topic_name) -> Struct:
     """Take the partitions ``taken(topic, partition)`` accepts out of ``request`` (in place); return
-    them as a request of their own."""
+    them as a request of their own. ``topic_name(topic_id)`` names topics given by id."""
     out_topics = []
     kept_topics = []
     for topic in getattr(request, path.req_topics) or ():
-        name = getattr(topic, path.req_name, None)
+        name = _topic_of(topic, path.req_name, topic_name)
         mine, rest = [], []
         for p in getattr(topic, path.req_partitions) or ():
             index = p if path.req_index is None else getattr(p, path.req_index)
@@ -648,7 +653,7 @@ class FaultInjector:
             def after(header, response):
                 if response is not None:
                     set_errors(header.api_key, header.api_version, response, code,
-                               lambda t, p: self._names(rule, t, p))
+                               lambda t, p: self._names(rule, t, p), self._topic_name)
                 return response
 
             return _then(fn, after)
@@ -690,7 +695,7 @@ class FaultInjector:
             def taken(t, p):
                 return self._names(rule, t, p)
 
-            failed = split_request(path, request, taken)
+            failed = split_request(path, request, taken, self._topic_name)
             errors = _partition_errors(path, failed, code)
             if api_key == 1:  # a fetch session stays as the client knows it
                 errors.session_id = getattr(request, "session_id", 0)
