@@ -156,7 +156,7 @@ def minibroker(request):
     mode, overrides = _settings(request.config)
     kept: list = []
     try:
-        runner = _started(request.config, lambda cls: cls({**FAULTS_ON, **overrides}, mode=mode), kept)
+        runner = _started(request.config, lambda cls: cls(with_faults(overrides), mode=mode), kept)
         yield runner
     finally:
         for runner in kept:
@@ -172,7 +172,7 @@ def minibroker_factory(request):
 
     def start(overrides: dict[str, str] | None = None, *, mode: str | None = None,
               data_dir: str | None = None, **security):
-        runner = _started(request.config, lambda cls: cls({**FAULTS_ON, **base, **(overrides or {})},
+        runner = _started(request.config, lambda cls: cls(with_faults({**base, **(overrides or {})}),
                                                           mode=mode or mode_default, data_dir=data_dir,
                                                           **security), started)
         return runner
@@ -184,9 +184,23 @@ def minibroker_factory(request):
 
 
 _RUNNERS = pytest.StashKey[list]()
-# The fixtures' brokers take fault rules (``broker.inject(...)``, minibroker/server/faults.py); an override
-# of fault.injection.enable wins.
-FAULTS_ON = {"fault.injection.enable": "true"}
+
+
+def with_faults(overrides: dict[str, str]) -> dict[str, str]:
+    """The fixtures' brokers take fault rules (``broker.inject(...)``, minibroker/server/faults.py): with
+    ``fault.injection.enable=true`` added, unless the overrides set it, or set listeners beyond loopback
+    (where the broker would refuse it)."""
+    if "fault.injection.enable" in overrides:
+        return overrides
+    listeners = overrides.get("listeners")
+    if listeners is not None:
+        from minibroker.server.faults import loopback_only
+
+        hosts = [endpoint.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+                 for endpoint in listeners.split(",")]
+        if not loopback_only(hosts):
+            return overrides
+    return {"fault.injection.enable": "true", **overrides}
 
 
 def _forget(config, runner) -> None:

@@ -56,6 +56,16 @@ def test_a_bad_rule_is_refused_with_its_reason(spec, why):
         parse_rule(spec)
 
 
+def test_the_fixtures_enable_faults_on_loopback_only():
+    from minibroker.pytest_plugin import with_faults
+
+    assert with_faults({})["fault.injection.enable"] == "true"
+    loopback = with_faults({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://[::1]:0"})
+    assert loopback["fault.injection.enable"] == "true"
+    assert "fault.injection.enable" not in with_faults({"listeners": "PLAINTEXT://0.0.0.0:0"})
+    assert with_faults({"fault.injection.enable": "false"}) == {"fault.injection.enable": "false"}
+
+
 def test_loopback_hosts():
     assert loopback_only(["127.0.0.1", "::1", "localhost", "127.0.0.2"])
     assert not loopback_only(["0.0.0.0"]) and not loopback_only([""]) and not loopback_only(["10.1.2.3"])
