@@ -177,11 +177,14 @@ def test_stop_reading_and_throttle(minibroker, topic_name):
         with _wire(minibroker, timeout=0.5) as wire, pytest.raises(TimeoutError, match="no answer"):
             wire.request(2, 5, _list_offsets(topic_name))
         assert rule.matched == 1
-    with (minibroker.inject(api="ListOffsets", topic=topic_name, throttle_ms=300) as rule,
+    with (minibroker.inject(api="ListOffsets", topic=topic_name, throttle_ms=30_000) as rule,
           _wire(minibroker) as wire):
         answer = wire.request(2, 5, _list_offsets(topic_name))
-        assert answer.throttle_time_ms == 300 and answer.topics[0].partitions[0].error_code == 0
+        assert answer.throttle_time_ms == 30_000 and answer.topics[0].partitions[0].error_code == 0
         assert rule.matched == 1
+        if minibroker.broker is not None:  # in-process: the connection is muted, as a quota mutes it
+            port = wire.sock.getsockname()[1]
+            assert [c.throttled for c in list(minibroker.broker.connections) if c.peer[1] == port] == [True]
 
 
 def test_a_bumped_leader_epoch_and_an_offline_partition_show_in_metadata(minibroker, topic_name):
@@ -442,6 +445,12 @@ def test_process_mode_fixture_injects_over_http(minibroker_factory, topic_name):
                 ErrorCode.KAFKA_STORAGE_ERROR)
         assert rule.wait_until_matched(1, timeout=5) == 1
     assert rule.matched == 1 and rule.rule["id"] == rule.id
+    with broker.inject(api="ListOffsets", topic=topic_name, hold=True) as held, _wire(broker) as wire:
+        wire.send(2, 5, _list_offsets(topic_name))
+        held.wait_until_matched(1)
+        assert held.rule["held"] == 1 and held.release() == 1
+        wire.sock.settimeout(5)
+        assert wire.sock.recv(1, socket.MSG_PEEK)  # answered once released
 
 
 def test_fault_injection_is_off_unless_enabled_and_refused_beyond_loopback(tmp_path):
