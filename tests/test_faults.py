@@ -396,6 +396,59 @@ def test_recipe_full_disk_on_one_partition_while_others_keep_working(minibroker,
         producer.close()
 
 
+def _send_one(client: str, bootstrap: str, topic: str, value: bytes) -> int:
+    """Produce ``value`` with ``client``'s idempotent producer (its own retries); the offset it reports."""
+    if client == "kafka-python":
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, retry_backoff_ms=10)
+        try:
+            return producer.send(topic, value).get(timeout=20).offset
+        finally:
+            producer.close()
+    if client == "aiokafka":
+        from aiokafka import AIOKafkaProducer
+
+        async def send() -> int:
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
+                                        retry_backoff_ms=10)
+            await producer.start()
+            try:
+                return (await producer.send_and_wait(topic, value)).offset
+            finally:
+                await producer.stop()
+
+        return asyncio.run(send())
+    from confluent_kafka import Producer
+
+    reports = []
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "retry.backoff.ms": 10,
+                         "linger.ms": 0})
+    producer.produce(topic, value, on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    assert producer.flush(20) == 0
+    assert reports[0][0] is None, reports
+    return reports[0][1]
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "confluent-kafka"])
+@pytest.mark.parametrize("rule", [
+    {"error": "NOT_LEADER_OR_FOLLOWER", "count": 2},
+    {"error": "REQUEST_TIMED_OUT", "after_handling": True, "count": 1},
+    {"drop": "before", "count": 1},
+    {"drop": "after", "count": 1},
+    {"delay_ms": 50, "count": 1},
+    {"throttle_ms": 50, "count": 1},
+], ids=["not-leader", "timed-out-after-write", "drop-before", "drop-after", "delay", "throttle"])
+def test_each_clients_idempotent_producer_writes_once_through_each_fault(minibroker, topic_name, client,
+                                                                          rule):
+    minibroker.create_topic(topic_name)
+    with minibroker.inject(api="Produce", topic=topic_name, **rule) as handle:
+        offset = _send_one(client, minibroker.bootstrap_servers, topic_name, b"only-once")
+        assert handle.matched == rule["count"]
+    assert offset == 0
+    assert [r.value for r in minibroker.consume(topic_name, 2, timeout=1)] == [b"only-once"]
+
+
 # -- the HTTP API, the CLI, the process fixture, the guard ------------------------------------------------
 
 
