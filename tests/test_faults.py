@@ -357,6 +357,53 @@ def test_recipe_consumer_resets_on_offset_out_of_range(minibroker, topic_name, r
     assert seen == expected
 
 
+@pytest.mark.parametrize("client", ["aiokafka", "confluent-kafka"])
+def test_other_consumers_on_offset_out_of_range(minibroker, topic_name, client):
+    minibroker.create_topic(topic_name)
+    minibroker.produce(topic_name, [b"0", b"1", b"2", b"3"])
+    with minibroker.inject(api="Fetch", topic=topic_name, error="OFFSET_OUT_OF_RANGE", count=1) as rule:
+        if client == "aiokafka":
+            from aiokafka import AIOKafkaConsumer, TopicPartition
+
+            async def read() -> list[int]:
+                consumer = AIOKafkaConsumer(bootstrap_servers=minibroker.bootstrap_servers,
+                                            auto_offset_reset="earliest", enable_auto_commit=False)
+                await consumer.start()
+                try:
+                    tp = TopicPartition(topic_name, 0)
+                    consumer.assign([tp])
+                    consumer.seek(tp, 2)
+                    seen: list[int] = []
+                    while len(seen) < 4:
+                        batch = await consumer.getmany(timeout_ms=500)
+                        seen += [r.offset for records in batch.values() for r in records]
+                    return seen
+                finally:
+                    await consumer.stop()
+
+            seen = asyncio.run(asyncio.wait_for(read(), 15))
+        else:
+            from confluent_kafka import Consumer, TopicPartition
+
+            consumer = Consumer({"bootstrap.servers": minibroker.bootstrap_servers, "group.id": topic_name,
+                                 "auto.offset.reset": "earliest", "enable.auto.commit": False})
+            try:
+                consumer.assign([TopicPartition(topic_name, 0, 2)])
+                seen = []
+                deadline = time.monotonic() + 15
+                while len(seen) < 2 and time.monotonic() < deadline:
+                    message = consumer.poll(0.2)
+                    if message is not None and message.error() is None:
+                        seen.append(message.offset())
+            finally:
+                consumer.close()
+        assert rule.matched == 1
+    if client == "aiokafka":
+        assert seen == [0, 1, 2, 3]  # told its offset 2 is out of range, it starts again from the first
+    else:  # librdkafka 2.x goes on from offset 2 after the one OFFSET_OUT_OF_RANGE: no reset
+        assert seen[:2] == [2, 3]
+
+
 def test_recipe_a_stalled_broker_and_the_clients_request_timeout(minibroker, topic_name):
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
