@@ -174,7 +174,7 @@ def cmd_serve(args) -> int:
 
     try:
         asyncio.run(run_broker(config))
-    except (OSError, LogDirLockedError) as e:  # a port in use, a locked or unusable log dir
+    except (OSError, LogDirLockedError, ConfigError) as e:  # a port in use, a locked log dir, fault.injection
         print(f"minibroker: {e}", file=sys.stderr)
         return 1
     return 0
@@ -291,7 +291,7 @@ def build_parser(console_tools: bool = True, client_config: bool = True) -> argp
 
 def add_console_tools(sub) -> None:
     """``topics``, ``produce``, ``consume``, ``groups``: each module adds its own parser and ``run``."""
-    from minibroker.tools import certs, consume, explain, groups, produce, scram, topics, transactions
+    from minibroker.tools import certs, consume, explain, groups, inject, produce, scram, topics, transactions
     from minibroker.tools.client_config import add_command_config_argument
     from minibroker.tools.command import add_common_arguments
 
@@ -302,6 +302,7 @@ def add_console_tools(sub) -> None:
     for tool in (topics, produce, consume, groups, transactions):
         tool.add_parser(sub, common)
     explain.add_parser(sub)  # reads a partition's files, never a broker: no --bootstrap-server
+    inject.add_parser(sub)  # the broker's /faults HTTP API: no --bootstrap-server
     certs.add_parser(sub)  # writes files, no broker
 
 

@@ -5,7 +5,8 @@ PYTEST_DONT_REWRITE (this module's asserts are its own business, not pytest's to
 Fixtures:
 - ``minibroker`` (session scope): one broker for the whole run, with ``.bootstrap_servers``,
   ``.create_topic(name, partitions=1, config=None)``, ``.delete_topic``, ``.produce``, ``.consume``,
-  ``.restart()``, ``.data_dir``, ``.start_seconds`` (see ``minibroker.testing.BrokerRunner``);
+  ``.restart()``, ``.data_dir``, ``.start_seconds``, ``.inject(**rule)`` (fault injection, docs/testing.md;
+  the fixtures set ``fault.injection.enable=true``) (see ``minibroker.testing.BrokerRunner``);
 - ``minibroker_factory`` (function scope): ``minibroker_factory(overrides=None, mode=None)`` starts
   more brokers with their own config; all are stopped and their data removed after the test. Security
   keywords pass through to ``BrokerRunner``: ``minibroker_factory(security_protocol="SASL_SSL",
@@ -162,7 +163,7 @@ def minibroker(request):
     mode, overrides = _settings(request.config)
     kept: list = []
     try:
-        runner = _started(request.config, lambda cls: cls(overrides, mode=mode), kept)
+        runner = _started(request.config, lambda cls: cls(with_faults(overrides), mode=mode), kept)
         yield runner
     finally:
         for runner in kept:
@@ -178,7 +179,7 @@ def minibroker_factory(request):
 
     def start(overrides: dict[str, str] | None = None, *, mode: str | None = None,
               data_dir: str | None = None, **security):
-        runner = _started(request.config, lambda cls: cls({**base, **(overrides or {})},
+        runner = _started(request.config, lambda cls: cls(with_faults({**base, **(overrides or {})}),
                                                           mode=mode or mode_default, data_dir=data_dir,
                                                           **security), started)
         return runner
@@ -190,6 +191,23 @@ def minibroker_factory(request):
 
 
 _RUNNERS = pytest.StashKey[list]()
+
+
+def with_faults(overrides: dict[str, str]) -> dict[str, str]:
+    """The fixtures' brokers take fault rules (``broker.inject(...)``, minibroker/server/faults.py): with
+    ``fault.injection.enable=true`` added, unless the overrides set it, or set listeners beyond loopback
+    (where the broker would refuse it)."""
+    if "fault.injection.enable" in overrides:
+        return overrides
+    listeners = overrides.get("listeners")
+    if listeners is not None:
+        from minibroker.server.faults import loopback_only
+
+        hosts = [endpoint.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+                 for endpoint in listeners.split(",")]
+        if not loopback_only(hosts):
+            return overrides
+    return {"fault.injection.enable": "true", **overrides}
 
 
 def _forget(config, runner) -> None:

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 
 READY_RE = re.compile(r"minibroker ready: .* listening on [A-Z_]+://([^:,\s]*):(\d+)")
 UI_RE = re.compile(r"also serving (http://\S+/ui)\b")  # metrics_http's line for the live view
+METRICS_RE = re.compile(r"metrics at (http://[^/\s]+)/metrics")
 
 # The pipe that ties this process's ``minibroker serve`` children to it: (pid, read end, write end).
 # One per process, made on first use; a forked child makes its own (the pid differs).
@@ -253,6 +254,7 @@ class BrokerRunner:
         self._thread: threading.Thread | None = None
         self._capture = _LogCapture()
         self._lowered_from: int | None = None  # the 'minibroker' logger's level before this broker's
+        self._metrics_url: str | None = None  # a process's metrics port, from its log
         self._log_path = os.path.join(tempfile.gettempdir(), f"minibroker-{os.getpid()}-{id(self)}.log")
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -314,6 +316,8 @@ class BrokerRunner:
     def _start_process(self, timeout: float) -> None:
         cmd = [sys.executable, "-m", "minibroker", "serve", "--log-level", self.log_level]
         overrides = dict(self.overrides)
+        if _true(overrides.get("fault.injection.enable")) and overrides.get("metrics.port") is None:
+            overrides["metrics.port"] = "0"  # inject() reaches a process's rules through /faults
         if self.port is not None:
             overrides["listeners"] = f"{self.security.protocol}://{self.host}:{self.port}"
         self.security.before_start(self.data_dir)
@@ -334,6 +338,8 @@ class BrokerRunner:
             m = READY_RE.search(text)
             if m:
                 self.port = int(m.group(2))
+                metrics = METRICS_RE.search(text)
+                self._metrics_url = metrics.group(1) if metrics else None
                 return
             if self.process.poll() is not None:
                 raise RuntimeError(f"minibroker exited with {self.process.returncode}:\n{text}")
@@ -419,6 +425,38 @@ class BrokerRunner:
                 return f.read()
         except FileNotFoundError:
             return ""
+
+    # -- fault injection (minibroker/server/faults.py) ----------------------------------------------
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://host:port`` of the broker's metrics port (``/metrics``, ``/faults``), if it has one."""
+        if self.mode == "thread":
+            server = self.broker.metrics_http if self.broker is not None else None
+            return None if server is None else f"http://{server.host or '127.0.0.1'}:{server.port}"
+        return self._metrics_url
+
+    def faults(self):
+        """The broker's fault rules: straight on the event loop of a thread-mode broker, over the HTTP
+        API (``/faults`` on the metrics port) of a process."""
+        if self.mode == "thread":
+            if self.broker is None or self.broker.faults is None:
+                raise RuntimeError("fault injection needs fault.injection.enable=true")
+            return _InProcessFaults(self.broker.faults, self._loop)
+        from minibroker.tools.faults_client import FaultsHttp
+
+        if self.metrics_url is None:
+            raise RuntimeError("fault injection needs fault.injection.enable=true (and metrics.port)")
+        return FaultsHttp(self.metrics_url)
+
+    def inject(self, **rule):
+        """Add a fault rule (docs/testing.md, "Faults on demand"): ``inject(api="Produce",
+        error="NOT_LEADER_OR_FOLLOWER", count=3)``. Returns a ``FaultHandle``: ``.matched``, ``.remove()``,
+        ``.release()``, ``wait_until_matched(n, timeout)``; a context manager that removes the rule."""
+        from minibroker.tools.faults_client import FaultHandle
+
+        api = self.faults()
+        return FaultHandle(api, api.add(rule))
 
     # -- client settings -------------------------------------------------------------------------
 
@@ -544,6 +582,48 @@ class BrokerRunner:
                     fetcher.seek(tps, EARLIEST)
                 out += fetcher.fetch()
         return out[:count]
+
+
+def _true(value) -> bool:
+    return str(value).strip().lower() == "true"
+
+
+class _InProcessFaults:
+    """A thread-mode broker's ``FaultInjector``, called on its event loop from the test's thread; the
+    methods and answers of ``minibroker.tools.faults_client.FaultsHttp``."""
+
+    def __init__(self, faults, loop: asyncio.AbstractEventLoop):
+        self._faults = faults
+        self._loop = loop
+
+    def _on_loop(self, fn, *args):
+        async def call():
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
+
+    def add(self, spec: dict) -> dict:
+        return self._on_loop(lambda: self._faults.add(spec).to_json())
+
+    def get(self, rule_id: int) -> dict | None:
+        rule = self._faults.get(rule_id)
+        return None if rule is None else rule.to_json()
+
+    def rules(self) -> list[dict]:
+        return self._on_loop(lambda: [r.to_json() for r in self._faults.rules])
+
+    def remove(self, rule_id: int) -> dict | None:
+        def remove():
+            rule = self._faults.get(rule_id)
+            return None if rule is None or not self._faults.remove(rule_id) else rule.to_json()
+
+        return self._on_loop(remove)
+
+    def clear(self) -> int:
+        return self._on_loop(self._faults.clear)
+
+    def release(self, rule_id: int | None = None) -> int:
+        return self._on_loop(self._faults.release, rule_id)
 
 
 # kafka-python's names; linger_ms is accepted and has nothing to wait for: one call's values go out together,

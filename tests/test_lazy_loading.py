@@ -60,7 +60,7 @@ LAZY_MODULES = (
     "minibroker.security.sasl.authenticator", "minibroker.security.sasl.scram",
     "minibroker.security.sasl.plain", "minibroker.security.sasl.oauthbearer",
     "minibroker.security.scram_credentials", "minibroker.security.tls", "minibroker.security.authorizer",
-    "minibroker.storage.cleaner",
+    "minibroker.storage.cleaner", "minibroker.server.faults", "minibroker.server.faults_http",
     "minibroker.services.replica_manager", "minibroker.services.share_sessions",
     "minibroker.records.v2", "minibroker.records.codecs", "minibroker.tools",
     "crc32c", "email", "importlib.metadata", "hashlib", "lz4", "zstandard", "snappy",
@@ -134,6 +134,11 @@ def test_a_plain_broker_imports_no_lazy_subsystem(child):
     assert handler_modules == {"minibroker.handlers.registry", "minibroker.handlers.api_versions"}
     assert set(probe["services"]) == {"authorizer", "client_quotas"}  # None and the (empty) quotas
     assert not probe["cleaner_running"]
+
+
+def test_fault_injection_loads_only_when_enabled(child):
+    broker = child("fault.injection.enable=true", "metrics.port=0")
+    assert {"minibroker.server.faults", "minibroker.server.faults_http"} <= set(broker.probe()["modules"])
 
 
 def test_api_versions_advertises_every_served_key_without_importing_a_handler(child):

@@ -200,6 +200,12 @@ _BROKER_KEYS = [
        "Serve the live view when metrics.port is bound to a non-loopback address (it is refused there "
        "otherwise); plain HTTP, authenticated only with an authorizer on (docs/ui.md).",
        minibroker_only=True),
+    _k("fault.injection.enable", _BOOL, False,
+       "Serve fault injection rules (docs/testing.md, \"Faults on demand\") through /faults on metrics.port "
+       "and the pytest fixture; for tests only.", minibroker_only=True),
+    _k("fault.injection.allow.remote", _BOOL, False,
+       "Allow fault.injection.enable on a listener beyond loopback (logged as a warning); otherwise such a "
+       "broker refuses to start.", minibroker_only=True),
     # --- topics and requests
     _k("num.partitions", _INT, 1, "Partitions of an auto-created topic.", validator=AtLeast(1)),
     _k("default.replication.factor", _INT, 1,

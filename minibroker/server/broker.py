@@ -71,11 +71,13 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics_http = None  # MetricsHttpServer (minibroker/server/metrics_http.py)
         # Extra routes of the metrics port, path prefix -> async handler(head, reader, writer), added
-        # before start() by what sits above the server (the live view: minibroker/tools/live_view.py).
+        # before start() by what sits above the server (the live view: minibroker/tools/live_view.py;
+        # fault injection: minibroker/server/faults_http.py).
         self.metrics_mounts: dict = {}
         # Called with each append while a live-view page listens (ReplicaManager._append_validated);
         # None otherwise, so the append path pays one attribute check.
         self.append_feed = None
+        self.faults = None  # FaultInjector (minibroker/server/faults.py) with fault.injection.enable=true
 
     def __getattr__(self, name: str):
         """A lazy service (minibroker/services/__init__.py) read for the first time: build it now, on
@@ -121,6 +123,10 @@ class Broker:
         # Dynamic configs first (a read, nothing written): TLS keys altered at run time apply to the
         # contexts built next, and topic configs inherit from them when the logs load.
         readable = self.load_dynamic_configs()
+        if self.config["fault.injection.enable"]:  # refused here, before anything is bound or locked
+            from minibroker.server.faults import enable as enable_faults
+
+            self.faults = enable_faults(self)
         from minibroker.services.features import ensure_elr_min_isr
 
         # in memory here; saved once the dirs are locked, unless that would overwrite an unreadable file
@@ -168,6 +174,10 @@ class Broker:
                 sock, metrics_sock = metrics_sock, None
                 from minibroker.server.metrics_http import start_metrics_http  # only with metrics.port
 
+                if self.faults is not None:
+                    from minibroker.server.faults_http import serve_faults
+
+                    serve_faults(self, self.faults)
                 self.metrics_http = await start_metrics_http(self, metrics_host, sock)
         except BaseException:
             for sock in [s for _, _, s in listening] + [metrics_sock]:

@@ -38,7 +38,10 @@ Rules kept here:
   handled before authentication (others close the connection), takes SaslHandshake v0's unframed
   tokens, and a failed exchange closes the connection once its answer is written;
 - an unknown API key, an unsupported version (other than ApiVersions') or an undecodable
-  request closes this connection only, logged at debug.
+  request closes this connection only, logged at debug;
+- with ``fault.injection.enable=true``, a request a fault rule matches is answered by what
+  ``broker.faults`` (minibroker/server/faults.py) puts in place of its handler; without it the cost
+  is the one ``broker.faults`` check.
 """
 
 from __future__ import annotations
@@ -190,6 +193,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._send_blocked = False  # a sendfile waits for the socket to take more
         self._throttled = False  # a client quota muted it: requests wait until the timer fires
         self._throttle_timer: asyncio.TimerHandle | None = None
+        self._stalled = False  # never read again (fault injection's stop_reading)
         self._linger_timer: asyncio.TimerHandle | None = None  # closes a failed SASL login's connection
         self._sock_fd_dup = -1
         self.session_ids: set[int] = set()  # fetch sessions created here (for cleanup)
@@ -408,7 +412,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         response to the current request still goes out at once, carrying the throttle time; the next
         request is neither handled nor read until the timer fires (frames already read wait queued). A
         later end already set is kept."""
-        if self._closed or delay_ms <= 0:
+        if self._closed or delay_ms <= 0 or self._stalled:
             return
         loop = asyncio.get_running_loop()
         end = loop.time() + delay_ms / 1000
@@ -426,6 +430,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._throttled = False
         if not self._closed:
             self._pump()  # queued requests first, then reading resumes
+
+    def stall(self) -> None:
+        """Stop handling and reading this connection's requests for good (the fault injector's
+        ``stop_reading``): it stays open until the client gives up on it."""
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
+        self._stalled = True
+        self._throttled = True
+        self._update_reading()
 
     @property
     def throttled(self) -> bool:
@@ -522,8 +536,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             request = codec.decode(codec.REQUESTS[api_key].name, version, frame, body_pos, exact=False)
         except ProtocolViolation as e:
             return self._violation(f"undecodable {handler.name} v{version}: {e}")
+        fn = handler.fn
+        faults = self.broker.faults  # minibroker/server/faults.py, with fault.injection.enable=true
+        if faults is not None and faults.engaged:
+            fn = faults.handler_for(self, header, request, fn, frame, body_pos)
         try:
-            result = handler.fn(self.broker, header, request)
+            result = fn(self.broker, header, request)
         except CloseConnection as e:
             return self._violation(f"{handler.name}: {e}")
         except Exception:

@@ -27,6 +27,25 @@ HEAD_LIMIT = 16 * 1024
 HEAD_TIMEOUT = 5.0
 
 
+async def write_answer(writer: asyncio.StreamWriter, status: str, body: bytes, content_type: str,
+                       include_body: bool = True) -> None:
+    """One whole answer, then the connection closes (``Connection: close``)."""
+    writer.write(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                 % (status.encode(), content_type.encode(), len(body)))
+    if include_body:
+        writer.write(body)
+    await writer.drain()
+
+
+def answering_with(fn):
+    """A ``broker.metrics_mounts`` handler from ``fn(method, target, head, reader)`` returning
+    ``(status, body, content type)``: for routes that answer in one piece (``/faults``)."""
+    async def handler(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        method, target, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split()  # _mounted checked
+        await write_answer(writer, *await fn(method, target, head, reader))
+    return handler
+
+
 class MetricsHttpServer:
     def __init__(self, broker):
         self.broker = broker
@@ -70,12 +89,7 @@ class MetricsHttpServer:
                 await mounted(head, reader, writer)
                 return
             status, body, content_type = self._answer(head)
-            include_body = not head.startswith(b"HEAD ")
-            writer.write(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-                         % (status.encode(), content_type.encode(), len(body)))
-            if include_body:
-                writer.write(body)
-            await writer.drain()
+            await write_answer(writer, status, body, content_type, include_body=not head.startswith(b"HEAD "))
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as e:
             log.debug("metrics request dropped: %r", e)
         finally:
