@@ -178,7 +178,7 @@ _BROKER_KEYS = [
     _k("security.inter.broker.protocol", _STR, "PLAINTEXT", "Protocol used between brokers.", no_effect=True,
        validator=OneOf("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     _k("control.plane.listener.name", _STR, None, "Separate controller listener.", no_effect=True),
-    _k("controller.listener.names", _STR, None, "Listeners used by the KRaft controller.", no_effect=True),
+    _k("controller.listener.names", _LIST, None, "Listeners used by the KRaft controller.", no_effect=True),
     _k("controller.quorum.voters", _LIST, [], "KRaft controller quorum.", no_effect=True),
     _k("controller.quorum.bootstrap.servers", _LIST, [], "KRaft controller bootstrap.", no_effect=True),
     _k("process.roles", _LIST, [], "KRaft roles of this node; minibroker is always broker and controller.",
@@ -615,8 +615,9 @@ _BROKER_KEYS = [
        no_effect=True),
     _k("alter.config.policy.class.name", _CLASS, None, "AlterConfigs policy plug-in.", importance="low",
        no_effect=True),
-    _k("metric.reporters", _LIST, [], "Metrics reporter classes.", importance="low", dynamic=True,
-       no_effect=True),
+    _k("metric.reporters", _LIST, ["org.apache.kafka.common.metrics.JmxReporter"],
+       "Metrics reporter classes (Kafka 4 lists JmxReporter by default, KIP-830).", importance="low",
+       dynamic=True, no_effect=True),
     _k("unstable.api.versions.enable", _BOOL, False, "Advertise unreleased API versions.", no_effect=True),
     # --- TLS on SSL and SASL_SSL listeners (minibroker/security/tls.py). Each can be set per listener as
     # listener.name.<listener>.ssl.*. The dynamic ones are Kafka's (DynamicBrokerConfig): altered per broker,
@@ -935,7 +936,6 @@ REMOVED_BROKER_KEYS: dict[str, tuple[str, str]] = {
         "4.0", "KIP-937: use log.message.timestamp.before.max.ms and log.message.timestamp.after.max.ms"),
     "offsets.commit.required.acks": ("4.0", "KIP-1041: offset commits always wait for all in-sync replicas"),
     "auto.include.jmx.reporter": ("4.0", "KIP-830: list JmxReporter in metric.reporters instead"),
-    "delegation.token.master.key": ("4.0", "use delegation.token.secret.key"),
 }
 for _name, (_release, _why) in REMOVED_BROKER_KEYS.items():
     BROKER_CONFIGS[_name].removed_in = _release
