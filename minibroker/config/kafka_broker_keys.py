@@ -1,4 +1,4 @@
-"""Apache Kafka 3.9's broker configuration keys that minibroker accepts but does not apply.
+"""Kafka's broker configuration keys (3.9's and those 4.x added) that minibroker accepts but does not apply.
 
 Kafka accepts every name of its broker configuration definition (``KafkaConfig.configDef``) in
 ``server.properties``, DescribeConfigs lists them with their defaults, and AlterConfigs on the
