@@ -89,7 +89,7 @@ NOT_IN_THE_DATA_FILE = {
     "group.share.max.delivery.count.limit": "share 4.1+", "group.share.max.share.sessions": "share 4.1+",
     "group.share.min.delivery.count.limit": "share 4.1+", "share.fetch.max.fetch.records": "share 4.1+",
     # the stored ReplicationConfigs has no define() calls to check them against
-    "eligible.leader.replicas.enable": "unchecked", "control.plane.listener.name": "unchecked",
+    "eligible.leader.replicas.enable": "unchecked",
 }
 
 

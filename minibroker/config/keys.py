@@ -923,7 +923,8 @@ for _key in _kafka_only_keys():
     BROKER_CONFIGS.setdefault(_key.name, _key)
 
 
-# Broker keys Apache Kafka 4.0 dropped from its configuration definition. Kafka 4.x takes such a name as
+# Broker keys Apache Kafka 4.0 dropped from its configuration definition (none is in the 4.x definitions
+# tests/data/kafka4_broker_keys.txt was read from). Kafka 4.x takes such a name as
 # any unknown one (AbstractConfig logs it as supplied but unused, and starts); minibroker keeps
 # accepting them, as 3.9 did, and load_config warns that Kafka 4 no longer knows them.
 REMOVED_BROKER_KEYS: dict[str, tuple[str, str]] = {
@@ -936,6 +937,7 @@ REMOVED_BROKER_KEYS: dict[str, tuple[str, str]] = {
         "4.0", "KIP-937: use log.message.timestamp.before.max.ms and log.message.timestamp.after.max.ms"),
     "offsets.commit.required.acks": ("4.0", "KIP-1041: offset commits always wait for all in-sync replicas"),
     "auto.include.jmx.reporter": ("4.0", "KIP-830: list JmxReporter in metric.reporters instead"),
+    "control.plane.listener.name": ("4.0", "the ZooKeeper-mode controller's own listener (KIP-291)"),
 }
 for _name, (_release, _why) in REMOVED_BROKER_KEYS.items():
     BROKER_CONFIGS[_name].removed_in = _release
