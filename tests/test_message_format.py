@@ -390,7 +390,8 @@ def test_describe_and_alter_the_format(minibroker, topic_name):
 
 def test_broker_default_format_and_its_warning(minibroker_factory):
     broker = minibroker_factory({"log.message.format.version": "0.10.0"})
-    assert "log.message.format.version with value `0.10.0` is deprecated" in broker.log_text()
+    assert ("log.message.format.version with value `0.10.0` was deprecated in Kafka 3.0 and removed in "
+            "Apache Kafka 4.0") in broker.log_text()
     broker.create_topic("plain")
     p = kp_producer(broker, (0, 10, 0))
     try:

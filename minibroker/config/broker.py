@@ -32,6 +32,7 @@ from minibroker.config.keys import (
     BROKER_SYNONYMS,
     KEY_ALIASES,
     LISTENER_PREFIX,
+    REMOVED_BROKER_KEYS,
     TOPIC_CONFIG_SYNONYMS,
     TOPIC_CONFIGS,
     ConfigEntry,
@@ -308,19 +309,25 @@ def load_config(properties_file: str | None, overrides: list[str],
         "env": _parse_layer(sources.env_to_properties(environ), "env", per_layer["env"]),
         "override": _parse_layer(sources.parse_overrides(overrides), "override", per_layer["override"]),
     }
+    def where(source: str, key: str) -> str:
+        if source == "file":
+            return f"{properties_file}, line {file_lines[key]}" if key in file_lines else str(properties_file)
+        if source == "env":
+            return "environment " + next((v for v in sorted(environ) if v.startswith("KAFKA_")
+                                          and sources.env_var_to_key(v) == key), sources.key_to_env_var(key))
+        return "--override"
+
     for source, found in per_layer.items():
         for key in sorted(found):
-            if source == "file":
-                where = f"{properties_file}, line {file_lines[key]}" if key in file_lines else properties_file
-            elif source == "env":
-                where = "environment " + next((v for v in sorted(environ) if v.startswith("KAFKA_")
-                                               and sources.env_var_to_key(v) == key),
-                                              sources.key_to_env_var(key))
-            else:
-                where = "--override"
-            log.warning("Unknown configuration %s=%r (from %s) is ignored%s", key, found[key], where,
-                        did_you_mean(key))
+            log.warning("Unknown configuration %s=%r (from %s) is ignored%s", key, found[key],
+                        where(source, key), did_you_mean(key))
         unknown.update(found)
+    for source, values in layers.items():
+        for key in sorted(k for k in values if k in REMOVED_BROKER_KEYS):
+            release, why = REMOVED_BROKER_KEYS[key]
+            log.warning("Configuration %s (from %s) was removed in Apache Kafka %s (%s): a Kafka %s broker "
+                        "ignores it; minibroker still accepts it, as Kafka 3.9 did", key, where(source, key),
+                        release, why, release)
     cfg = BrokerConfig(layers, unknown)
     _check_cross_key(cfg)
     return cfg

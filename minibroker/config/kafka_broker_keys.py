@@ -1,4 +1,4 @@
-"""Apache Kafka 3.9's broker configuration keys that minibroker accepts but does not apply.
+"""Kafka's broker configuration keys (3.9's and those 4.x added) that minibroker accepts but does not apply.
 
 Kafka accepts every name of its broker configuration definition (``KafkaConfig.configDef``) in
 ``server.properties``, DescribeConfigs lists them with their defaults, and AlterConfigs on the
@@ -6,7 +6,8 @@ broker resource changes the dynamic ones. So does minibroker: ``minibroker.confi
 below into a ``no_effect`` key (the keys minibroker uses, or documents itself, are declared there and
 not repeated here). Facts (name, type, default, valid range, importance, dynamic update mode) are
 Kafka 3.9's, as its generated broker config reference gives them, and for the keys Kafka 4 added
-(their descriptions say "Kafka 4.0+") those of Kafka's config definitions; the descriptions are ours.
+(their descriptions say "Kafka 4.0+" or "Kafka 4.x") those of Kafka's config definitions; the
+descriptions are ours.
 
 Columns: name, type, default (Kafka's text form; None: null), valid values (``[low,...]``,
 ``[low,...,high]`` or ``[a, b]``; "" for none checked), importance, dynamic (per-broker or cluster-wide
@@ -169,6 +170,51 @@ KAFKA_ONLY_BROKER_KEYS: tuple[tuple[str, str, str | None, str, str, bool, str], 
      "Kafka 4.0+: longest wait of a ListOffsets answered from tiered storage (KIP-1075)."),
     ("share.coordinator.state.topic.compression.codec", "int", "0", "", "high", False,
      "Kafka 4.0+: compression codec id of __share_group_state records (0 none)."),
+    # Kafka 4.x keys not in 3.9, from the config definitions of apache/kafka's 4.x sources
+    # (tests/data/kafka4_broker_keys.txt names the files and commits read)
+    ("add.partitions.to.txn.max.timeout.ms", "int", "100", "[1,...]", "high", False,
+     "Kafka 4.x: longest server-side wait adding partitions to a transaction, verification included."),
+    ("add.partitions.to.txn.retry.backoff.ms", "int", "20", "[1,...]", "high", False,
+     "Kafka 4.x: backoff between server-side attempts to add a partition to a transaction."),
+    ("group.coordinator.background.threads", "int", "2", "[1,...]", "high", False,
+     "Kafka 4.x: group coordinator threads for background work (regex subscriptions, assignments)."),
+    ("group.coordinator.cached.buffer.max.bytes", "int", "1048588", "[524288,...]", "medium", True,
+     "Kafka 4.x: largest write buffer the group coordinator keeps for reuse."),
+    ("group.consumer.assignment.interval.ms", "int", "1000", "[0,...]", "medium", True,
+     "Kafka 4.x: interval between assignment updates of a consumer group."),
+    ("group.consumer.min.assignment.interval.ms", "int", "0", "[0,...]", "medium", False,
+     "Kafka 4.x: lower bound of group.consumer.assignment.interval.ms."),
+    ("group.consumer.max.assignment.interval.ms", "int", "15000", "[0,...]", "medium", False,
+     "Kafka 4.x: upper bound of group.consumer.assignment.interval.ms."),
+    ("group.consumer.assignor.offload.enable", "boolean", "true", "", "medium", True,
+     "Kafka 4.x: compute consumer group assignments on a background thread."),
+    ("group.share.assignment.interval.ms", "int", "1000", "[0,...]", "medium", True,
+     "Kafka 4.x: interval between assignment updates of a share group."),
+    ("group.share.min.assignment.interval.ms", "int", "0", "[0,...]", "medium", False,
+     "Kafka 4.x: lower bound of group.share.assignment.interval.ms."),
+    ("group.share.max.assignment.interval.ms", "int", "15000", "[0,...]", "medium", False,
+     "Kafka 4.x: upper bound of group.share.assignment.interval.ms."),
+    ("group.share.assignor.offload.enable", "boolean", "true", "", "medium", True,
+     "Kafka 4.x: compute share group assignments on a background thread."),
+    ("group.streams.max.size", "int", "2147483647", "[1,...]", "medium", False,
+     "Kafka 4.x: most Streams clients one streams group takes."),
+    ("group.streams.assignment.interval.ms", "int", "1000", "[0,...]", "medium", True,
+     "Kafka 4.x: interval between assignment updates of a streams group."),
+    ("group.streams.min.assignment.interval.ms", "int", "0", "[0,...]", "medium", False,
+     "Kafka 4.x: lower bound of group.streams.assignment.interval.ms."),
+    ("group.streams.max.assignment.interval.ms", "int", "15000", "[0,...]", "medium", False,
+     "Kafka 4.x: upper bound of group.streams.assignment.interval.ms."),
+    ("group.streams.assignor.offload.enable", "boolean", "true", "", "medium", True,
+     "Kafka 4.x: compute streams group assignments on a background thread."),
+    ("group.streams.task.offset.interval.ms", "int", "60000", "[1,...]", "medium", False,
+     "Kafka 4.x: how often Streams clients report warm-up task changelog offsets."),
+    ("group.streams.min.task.offset.interval.ms", "int", "15000", "[1,...]", "medium", False,
+     "Kafka 4.x: lower bound of the group-level streams.task.offset.interval.ms."),
+    ("metrics.verbosity", "string", "[]", "", "low", False, "Kafka 4.x: per-metric verbosity settings."),
+    ("share.coordinator.cached.buffer.max.bytes", "int", "1048588", "[524288,...]", "medium", True,
+     "Kafka 4.x: largest write buffer the share coordinator keeps for reuse."),
+    ("share.fetch.purgatory.purge.interval.requests", "int", "1000", "", "medium", False,
+     "Kafka 4.x: ShareFetch requests between purges of the waiting list."),
     ("remote.fetch.max.wait.ms", "int", "500", "[1,...]", "medium", True,
      "Longest wait of a fetch served from tiered storage."),
     ("remote.log.index.file.cache.total.size.bytes", "long", "1073741824", "[1,...]", "low", True,

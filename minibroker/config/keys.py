@@ -38,6 +38,7 @@ __all__ = [
     "BROKER_SYNONYMS",
     "KEY_ALIASES",
     "LISTENER_PREFIX",
+    "REMOVED_BROKER_KEYS",
     "TOPIC_CONFIG_SYNONYMS",
     "TOPIC_CONFIGS",
     "ConfigEntry",
@@ -97,11 +98,13 @@ class ConfigKey:
     ``no_effect``: accepted because Kafka knows it, but it changes nothing on a single node.
     ``minibroker_only``: not an Apache Kafka key.
     ``kafka_default``: Kafka's default where minibroker's embedded default differs (for the docs).
+    ``removed_in``: the Apache Kafka release that dropped the key ("4.0"); minibroker still accepts it,
+    so a 3.x configuration keeps starting, and warns when one is given.
     """
 
     __slots__ = (
         "name", "type", "default", "doc", "importance", "validator", "dynamic", "no_effect",
-        "minibroker_only", "kafka_default", "topic_config",
+        "minibroker_only", "kafka_default", "topic_config", "removed_in",
     )
 
     def __init__(self, name: str, type: ConfigType, default: Any, doc: str, *, importance: str = "medium",
@@ -118,6 +121,7 @@ class ConfigKey:
         self.minibroker_only = minibroker_only
         self.kafka_default = kafka_default
         self.topic_config: str | None = None  # filled in from TOPIC_CONFIG_SYNONYMS below
+        self.removed_in: str | None = None  # filled in from REMOVED_BROKER_KEYS below
 
     @property
     def sensitive(self) -> bool:
@@ -174,7 +178,7 @@ _BROKER_KEYS = [
     _k("security.inter.broker.protocol", _STR, "PLAINTEXT", "Protocol used between brokers.", no_effect=True,
        validator=OneOf("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     _k("control.plane.listener.name", _STR, None, "Separate controller listener.", no_effect=True),
-    _k("controller.listener.names", _STR, None, "Listeners used by the KRaft controller.", no_effect=True),
+    _k("controller.listener.names", _LIST, None, "Listeners used by the KRaft controller.", no_effect=True),
     _k("controller.quorum.voters", _LIST, [], "KRaft controller quorum.", no_effect=True),
     _k("controller.quorum.bootstrap.servers", _LIST, [], "KRaft controller bootstrap.", no_effect=True),
     _k("process.roles", _LIST, [], "KRaft roles of this node; minibroker is always broker and controller.",
@@ -617,8 +621,9 @@ _BROKER_KEYS = [
        no_effect=True),
     _k("alter.config.policy.class.name", _CLASS, None, "AlterConfigs policy plug-in.", importance="low",
        no_effect=True),
-    _k("metric.reporters", _LIST, [], "Metrics reporter classes.", importance="low", dynamic=True,
-       no_effect=True),
+    _k("metric.reporters", _LIST, ["org.apache.kafka.common.metrics.JmxReporter"],
+       "Metrics reporter classes (Kafka 4 lists JmxReporter by default, KIP-830).", importance="low",
+       dynamic=True, no_effect=True),
     _k("unstable.api.versions.enable", _BOOL, False, "Advertise unreleased API versions.", no_effect=True),
     # --- TLS on SSL and SASL_SSL listeners (minibroker/security/tls.py). Each can be set per listener as
     # listener.name.<listener>.ssl.*. The dynamic ones are Kafka's (DynamicBrokerConfig): altered per broker,
@@ -922,6 +927,26 @@ def _kafka_only_keys() -> list[ConfigKey]:
 # documented as having no effect.
 for _key in _kafka_only_keys():
     BROKER_CONFIGS.setdefault(_key.name, _key)
+
+
+# Broker keys Apache Kafka 4.0 dropped from its configuration definition (none is in the 4.x definitions
+# tests/data/kafka4_broker_keys.txt was read from). Kafka 4.x takes such a name as
+# any unknown one (AbstractConfig logs it as supplied but unused, and starts); minibroker keeps
+# accepting them, as 3.9 did, and load_config warns that Kafka 4 no longer knows them.
+REMOVED_BROKER_KEYS: dict[str, tuple[str, str]] = {
+    # ZooKeeper mode is gone (KIP-833); the password encoder only ever served ZooKeeper-stored configs
+    **{name: ("4.0", "ZooKeeper mode was removed") for name in BROKER_CONFIGS
+       if name.startswith(("zookeeper.", "password.encoder."))},
+    "log.message.format.version": ("4.0", "KIP-724: brokers write record format v2 only"),
+    "log.message.downconversion.enable": ("4.0", "KIP-724: record down-conversion was removed"),
+    "log.message.timestamp.difference.max.ms": (
+        "4.0", "KIP-937: use log.message.timestamp.before.max.ms and log.message.timestamp.after.max.ms"),
+    "offsets.commit.required.acks": ("4.0", "KIP-1041: offset commits always wait for all in-sync replicas"),
+    "auto.include.jmx.reporter": ("4.0", "KIP-830: list JmxReporter in metric.reporters instead"),
+    "control.plane.listener.name": ("4.0", "the ZooKeeper-mode controller's own listener (KIP-291)"),
+}
+for _name, (_release, _why) in REMOVED_BROKER_KEYS.items():
+    BROKER_CONFIGS[_name].removed_in = _release
 
 
 

@@ -82,11 +82,12 @@ class MessageFormatValidator:
 
 
 def deprecation_warning(key: str, value: str, topic: str | None = None) -> str:
-    """The warning logged when the setting is given: Kafka 3.x logs one too (and then ignores it)."""
+    """The warning logged when the setting is given: Kafka 3.x logs one too (and then ignores it); Kafka 4
+    no longer knows the key."""
     magic = magic_for_version(value)
     scope = f"Topic configuration {key}" if topic is not None else f"Broker configuration {key}"
     stores = f"topic {topic} stores" if topic is not None else "new topics store"
     return (
-        f"{scope} with value `{value}` is deprecated and will be removed in Apache Kafka 4.0 (Kafka 3.x "
-        f"ignores it); minibroker honours it for teaching: {stores} record batches of magic {magic}"
+        f"{scope} with value `{value}` was deprecated in Kafka 3.0 and removed in Apache Kafka 4.0 (Kafka "
+        f"3.x ignores it); minibroker honours it for teaching: {stores} record batches of magic {magic}"
     )

@@ -6,6 +6,7 @@ from minibroker.config.keys import (
     BROKER_CONFIGS,
     BROKER_SYNONYMS,
     KEY_ALIASES,
+    REMOVED_BROKER_KEYS,
     TOPIC_CONFIG_SYNONYMS,
     TOPIC_CONFIGS,
     ConfigKey,
@@ -124,15 +125,21 @@ def config_reference_markdown() -> str:
         "",
         "*Dynamic*: AlterConfigs may change it at run time. *No effect*: accepted because Kafka knows",
         "it, but it changes nothing on a single node. Keys marked **minibroker** are not Kafka keys.",
-        "The table holds every key of Kafka 3.9's broker configuration definition (the ones minibroker",
-        "does not use come last, from `minibroker/config/kafka_broker_keys.py`) and the share coordinator",
-        "keys of Kafka 4 that the apache/kafka image's examples set.",
+        "The table holds every key of Kafka 3.9's broker configuration definition and those Kafka 4.x",
+        "added (the ones minibroker does not use come last, from `minibroker/config/kafka_broker_keys.py`;",
+        "tests/data/kafka4_broker_keys.txt lists Kafka 4.x's keys and the source files they were read",
+        "from). Keys marked **Removed in Kafka 4.0**",
+        "are no longer in Kafka 4's definition (a Kafka 4 broker logs them as unused and starts); minibroker",
+        "accepts them as 3.9 did, so an existing file keeps working, and logs a warning naming the removal.",
         "",
         "| Key | Type | Default | Valid values | Dynamic | No effect | Topic key | Description |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for key in BROKER_CONFIGS.values():
         desc = ("**minibroker**: " if key.minibroker_only else "") + key.doc
+        if key.removed_in is not None:
+            release, why = REMOVED_BROKER_KEYS[key.name]
+            desc += f" **Removed in Kafka {release}** ({why}): accepted, with a warning at start."
         syn = BROKER_SYNONYMS.get(key.name)
         if syn and len(syn) > 1 and key.name == syn[0]:
             desc += " Synonyms, highest priority first: " + ", ".join(f"`{s}`" for s in syn) + "."
