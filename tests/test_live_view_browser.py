@@ -16,7 +16,16 @@ from test_explain import Tab, artifact_path, browser  # noqa: F401 - browser is 
 
 pytestmark = pytest.mark.xdist_group("explain-browser")  # one worker, one Chromium (the browser fixture)
 
-FEED_DEADLINE_MS = 1000  # issue 33: a batch shows in the feed within 1 s of the producer's answer
+FEED_DEADLINE_MS = 1000  # issue 33: a batch shows in the feed within 1 s
+# How long the test waits for a row: the deadline is judged on the page's own clock, from the broker's
+# append to the row's insertion (data-appended-ms, data-shown-ms), not on this process's scheduling,
+# which a loaded machine (the full suite beside other work) delays by seconds.
+ROW_WAIT_MS = 15000
+
+
+def assert_shown_in_time(row) -> None:
+    appended, shown = int(row.get_attribute("data-appended-ms")), int(row.get_attribute("data-shown-ms"))
+    assert shown - appended <= FEED_DEADLINE_MS, f"the row showed {shown - appended} ms after the append"
 
 
 def row_selector(**data) -> str:
@@ -58,7 +67,8 @@ def test_feed_lag_and_transactions_as_clients_work(minibroker_factory, page, tmp
         offsets = [m.get(10).offset for m in sent]
         row = tab.page.locator("tr.feed-row" + row_selector(topic="ui-orders", first_offset=offsets[0],
                                                             last_offset=offsets[-1]))
-        row.wait_for(timeout=FEED_DEADLINE_MS)
+        row.wait_for(timeout=ROW_WAIT_MS)
+        assert_shown_in_time(row)
         assert row.get_attribute("data-records") == "3"
 
         # clicking it opens explain's byte map at that batch
@@ -93,7 +103,8 @@ def test_feed_lag_and_transactions_as_clients_work(minibroker_factory, page, tmp
             txn_row.wait_for(timeout=5000)
             feed_row = tab.page.locator("tr.feed-row" + row_selector(topic="ui-payments", first_offset=first,
                                                                      transactional="true"))
-            feed_row.wait_for(timeout=FEED_DEADLINE_MS)
+            feed_row.wait_for(timeout=ROW_WAIT_MS)
+            assert_shown_in_time(feed_row)
             assert feed_row.get_attribute("data-producer-id") == txn_row.get_attribute("data-producer-id")
             tab.page.screenshot(path=artifact_path(tmp_path, "live-view.png"),  # docs/ui.png is one
                                 clip={"x": 0, "y": 0, "width": 1400, "height": 640})

@@ -49,7 +49,8 @@ APPLIES = {tool: NETWORK_CASES for tool in NETWORK_TOOLS}
 APPLIES["healthcheck"] = tuple(c for c in NETWORK_CASES if c != "missing")
 APPLIES.update({"apis": ("stdout-closed",), "certs": ("missing", "stdout-closed"),
                 "dump-log": ("missing", "stdout-closed", "sigint"),
-                "explain": ("missing", "stdout-closed", "sigint")})
+                "explain": ("missing", "stdout-closed", "sigint"),
+                "inject": ("dead-port", "missing", "stdout-closed")})  # over HTTP (--url), not Kafka
 # the silent cases wait out their whole --timeout: slow, as a timeout that must pass is (docs/testing.md)
 MATRIX = [pytest.param(tool, case, id=f"{tool}-{case}", marks=[pytest.mark.slow] if case == "silent" else [])
           for tool, cases in APPLIES.items() for case in cases]
@@ -132,6 +133,29 @@ def dead_port():
     with socket.socket() as sock:  # bound, never listening: connections are refused
         sock.bind(("127.0.0.1", 0))
         yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def faults_url():
+    """The /faults API of a broker with fault injection on, holding one rule (so that list prints)."""
+    with BrokerRunner({"fault.injection.enable": "true", "metrics.port": "0"}) as broker:
+        broker.inject(api="Produce", topic="no-such-topic", error="NOT_LEADER_OR_FOLLOWER")
+        yield f"http://127.0.0.1:{broker.broker.metrics_http.port}"
+
+
+def inject_case(case: str, faults_url: str, dead_port: str, bound: float) -> None:
+    if case == "stdout-closed":
+        argv = command("inject", "--url", faults_url, "list")
+        assert run(argv, bound).stdout, "inject list printed nothing to refuse"
+        r = stdout_closed(argv, bound)
+        assert r.returncode == 0 and error_lines(r.stderr, "inject") == [], (r.returncode, r.stderr.decode())
+        return
+    url, args, says = {"dead-port": (f"http://{dead_port}", ["list"], "Connection refused"),
+                       "missing": (faults_url, ["get", "999"], "no rule 999")}[case]
+    r = run(command("inject", "--url", url, "--timeout", str(TIMEOUT_S), *args), bound)
+    lines = error_lines(r.stderr, "inject")
+    assert r.returncode == 1 and len(lines) == 1, (r.returncode, lines)
+    assert says in lines[0], lines[0]
 
 
 @pytest.fixture
@@ -227,11 +251,13 @@ def segment_dir(broker: BrokerRunner) -> Path:
 
 
 @pytest.mark.parametrize(("tool", "case"), MATRIX)
-def test_matrix(tool, case, plain, tls, dead_port, silent, interpreter_start, tmp_path):
+def test_matrix(tool, case, plain, tls, dead_port, silent, interpreter_start, tmp_path, request):
     # a bound on a hang, not a speed target: a loaded machine (load 15 on 2 cores seen) starts Python
     # several times slower than when interpreter_start was measured
     bound = TIMEOUT_S + 5 + 3 * interpreter_start
-    if tool in NETWORK_TOOLS and case in ("dead-port", "tls-without-command-config", "missing"):
+    if tool == "inject":
+        inject_case(case, request.getfixturevalue("faults_url"), dead_port, bound)
+    elif tool in NETWORK_TOOLS and case in ("dead-port", "tls-without-command-config", "missing"):
         network_case(tool, case, plain, tls, dead_port, bound)
     elif case == "silent":
         argv = MISSING.get(tool, PRINTING[tool])
