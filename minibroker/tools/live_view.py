@@ -10,7 +10,8 @@ and these routes, all GET, all read-only:
   size, segments, topic overrides), groups (classic, consumer, share: state, members, assignments,
   committed offsets and lag; for share groups the in-flight records: runs of offsets with their
   state and delivery count), open transactions, connected clients, the groups' recent events (joins,
-  syncs, heartbeats with their epochs, leaves, rebalances: ``GroupEventRing``). A coordinator that is not built yet is shown as absent: the view never builds one;
+  syncs, heartbeats with their epochs, leaves, rebalances: ``GroupEventRing``). A coordinator that
+  is not built yet is shown as absent: the view never builds one;
 - ``/ui/feed[?topic=T]``: the appends as Server-Sent Events: ``hello`` (the broker's start time, the
   row fields ``FEED_FIELDS`` and ``CODEC_NAMES``), then ``appends``, a JSON array of rows (one per
   append, gathered for ``FEED_FLUSH_S``), ``dropped`` when this subscriber fell more than
