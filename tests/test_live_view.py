@@ -17,7 +17,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from minibroker.tools.live_view import CODEC_NAMES, FEED_FIELDS, FEED_QUEUE, AppendFeed, FeedSubscriber
+from minibroker.tools.live_view import (
+    CODEC_NAMES,
+    FEED_FIELDS,
+    FEED_QUEUE,
+    GROUP_EVENT_GROUPS,
+    GROUP_EVENTS,
+    AppendFeed,
+    FeedSubscriber,
+    GroupEventRing,
+)
 
 UI = {"ui.enable": "true", "metrics.port": "0"}
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -316,6 +325,22 @@ def test_consumer_group_members_with_epochs_and_target_assignment(minibroker_fac
         assert any(e["kind"] == "heartbeat" and e["target"] == {"lv-848": [0, 1]} for e in group["timeline"])
     finally:
         consumer.close()
+
+
+def test_group_event_ring_is_bounded_per_group_and_in_groups():
+    ring = GroupEventRing(lambda tid: {b"\x01" * 16: "named"}.get(tid))
+    for i in range(GROUP_EVENTS + 5):
+        ring.record("g0", "heartbeat", "m", generation=i)
+    events = ring.for_group("g0")
+    assert len(events) == GROUP_EVENTS and events[0]["generation"] == 5  # the oldest dropped
+    ring.record("g0", "heartbeat", "m", current={b"\x01" * 16: {2, 1}, b"\x02" * 16: set()})
+    assert ring.for_group("g0")[-1]["current"] == {"named": [1, 2]}  # names, empty topics left out
+    for i in range(1, GROUP_EVENT_GROUPS):
+        ring.record(f"g{i}", "join", "m")
+    ring.record("g0", "leave", "m")  # g0 is the most recent again: g1 is now the one idle longest
+    ring.record("late", "join", "m")
+    assert len(ring.rings) == GROUP_EVENT_GROUPS
+    assert ring.for_group("g1") == [] and ring.for_group("g0")[-1]["kind"] == "leave"
 
 
 def test_timeline_has_heartbeats_with_epochs_at_log_level_warning(minibroker_factory, monkeypatch):

@@ -80,6 +80,11 @@ def test_feed_lag_and_transactions_as_clients_work(minibroker_factory, page, tmp
             tab.page.locator(lag_row + row_selector(lag=offsets[-1])).wait_for(timeout=5000)
             consumer.commit({tp: OffsetAndMetadata(offsets[-1] + 1, "", -1)})
             tab.page.locator(lag_row + row_selector(lag=0)).wait_for(timeout=5000)
+            # the group's timeline, drawn from the coordinator's events: its join and sync
+            card = '.group[data-group="ui-group"] '
+            sync = tab.page.locator(card + "ol.timeline li.event-sync").first
+            sync.wait_for(state="attached", timeout=5000)
+            assert tab.page.locator(card + "ol.timeline li.event-join").count() >= 1
         finally:
             consumer.close()
 
