@@ -17,7 +17,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from minibroker.tools.live_view import CODEC_NAMES, FEED_FIELDS, FEED_QUEUE, AppendFeed, FeedSubscriber
+from minibroker.tools.live_view import (
+    CODEC_NAMES,
+    FEED_FIELDS,
+    FEED_QUEUE,
+    GROUP_EVENT_GROUPS,
+    GROUP_EVENTS,
+    AppendFeed,
+    FeedSubscriber,
+    GroupEventRing,
+)
 
 UI = {"ui.enable": "true", "metrics.port": "0"}
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -272,7 +281,8 @@ def test_overview_shows_partitions_groups_transactions_clients(ui_broker):
         assert [m["assignment"] for m in group["members"]] == [{"lv-orders": [0]}]
         assert group["offsets"] == [{"topic": "lv-orders", "partition": 0, "committed": 2,
                                      "log_end_offset": last + 1, "lag": last + 1 - 2}]
-        assert any("stabilized group lv-group" in e["text"] for e in group["timeline"])
+        kinds = [e["kind"] for e in group["timeline"]]
+        assert "join" in kinds and "stabilized" in kinds and "sync" in kinds
         consumer.commit({tp: OffsetAndMetadata(last + 1, "", -1)})
         (group,) = [g for g in overview(ui_broker)["groups"] if g["group_id"] == "lv-group"]
         assert group["offsets"][0]["lag"] == 0
@@ -312,9 +322,79 @@ def test_consumer_group_members_with_epochs_and_target_assignment(minibroker_fac
         assert member["member_epoch"] == group["epoch"] == group["assignment_epoch"] >= 1
         assert member["assignment"] == member["target"] == {"lv-848": [0, 1]}
         assert member["pending_revocation"] == {} and member["state"] == "STABLE"
-        assert any("new target assignment" in e["text"] for e in group["timeline"])
+        assert any(e["kind"] == "heartbeat" and e["target"] == {"lv-848": [0, 1]} for e in group["timeline"])
     finally:
         consumer.close()
+
+
+def test_group_event_ring_is_bounded_per_group_and_in_groups():
+    ring = GroupEventRing(lambda tid: {b"\x01" * 16: "named"}.get(tid))
+    for i in range(GROUP_EVENTS + 5):
+        ring.record("g0", "heartbeat", "m", generation=i)
+    events = ring.for_group("g0")
+    assert len(events) == GROUP_EVENTS and events[0]["generation"] == 5  # the oldest dropped
+    ring.record("g0", "heartbeat", "m", current={b"\x01" * 16: {2, 1}, b"\x02" * 16: set()})
+    assert ring.for_group("g0")[-1]["current"] == {"named": [1, 2]}  # names, empty topics left out
+    for i in range(1, GROUP_EVENT_GROUPS):
+        ring.record(f"g{i}", "join", "m")
+    ring.record("g0", "leave", "m")  # g0 is the most recent again: g1 is now the one idle longest
+    ring.record("late", "join", "m")
+    assert len(ring.rings) == GROUP_EVENT_GROUPS
+    assert ring.for_group("g1") == [] and ring.for_group("g0")[-1]["kind"] == "leave"
+
+
+def test_timeline_has_heartbeats_with_epochs_at_log_level_warning(minibroker_factory, monkeypatch):
+    """The timeline is fed by the coordinators, not their log: with minibroker.groups at WARNING a
+    classic group's heartbeats carry its generation, a KIP-848 group's the member epochs asked and
+    answered and the assignments, matching what the clients were given."""
+    import logging
+
+    ck = pytest.importorskip("confluent_kafka")
+    from kafka import KafkaConsumer
+
+    monkeypatch.setattr(logging.getLogger("minibroker.groups"), "level", logging.WARNING)
+    runner = minibroker_factory({**UI, "group.consumer.heartbeat.interval.ms": "300"})
+    runner.create_topic("lv-hb", 2)
+    classic = KafkaConsumer("lv-hb", bootstrap_servers=runner.bootstrap_servers, group_id="lv-hb-classic",
+                            auto_offset_reset="earliest", heartbeat_interval_ms=200)
+    modern = ck.Consumer({"bootstrap.servers": runner.bootstrap_servers, "group.id": "lv-hb-848",
+                          "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        modern.subscribe(["lv-hb"])
+
+        def groups():
+            classic.poll(50)
+            modern.poll(0.05)
+            return {g["group_id"]: g for g in overview(runner)["groups"] or []}
+
+        def beating(group_id):
+            return [e for e in groups().get(group_id, {}).get("timeline", [])
+                    if e["kind"] == "heartbeat" and e["error"] == "NONE"]
+
+        wait_for(lambda: len(beating("lv-hb-classic")) >= 2, timeout=20, what="classic heartbeats")
+        wait_for(lambda: len(modern.assignment()) == 2 and len(beating("lv-hb-848")) >= 3, timeout=20,
+                 what="KIP-848 heartbeats")
+        group = groups()["lv-hb-classic"]
+        beats = beating("lv-hb-classic")
+        assert {e["generation"] for e in beats} == {group["epoch"]} and group["epoch"] >= 1
+        assert {e["member_id"] for e in beats} == {m["member_id"] for m in group["members"]}
+        assert [e["kind"] for e in group["timeline"]][:1] == ["join"]
+
+        group = groups()["lv-hb-848"]
+        (member,) = group["members"]
+        beats = [e for e in group["timeline"] if e["kind"] == "heartbeat"]
+        assert beats[0]["asked_epoch"] == 0 and beats[0]["member_epoch"] >= 1  # joining: epoch 0 asked
+        last = beats[-1]
+        assert last["member_id"] == member["member_id"] and last["asked_epoch"] == last["member_epoch"]
+        assert last["member_epoch"] == member["member_epoch"] == last["group_epoch"] == group["epoch"]
+        assert last["current"] == last["target"] == {"lv-hb": [0, 1]}
+        assert {tp.partition for tp in modern.assignment()} == {0, 1}
+    finally:
+        modern.close()
+        classic.close()
+    timeline = {g["group_id"]: g["timeline"] for g in overview(runner)["groups"]}
+    assert any(e["kind"] == "leave" and e["error"] == "NONE" for e in timeline["lv-hb-848"])
+    assert any(e["kind"] == "leave" and e["error"] == "NONE" for e in timeline["lv-hb-classic"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -322,10 +322,21 @@ class GroupCoordinator:
 
     # -- JoinGroup ------------------------------------------------------------------------------
 
-    async def join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
-                         client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
-                         protocol_type: str, protocols: list[tuple[str, bytes]], *,
-                         require_known_member_id: bool, supports_skip_assignment: bool = False) -> JoinResult:
+    async def join_group(self, group_id: str, member_id: str, group_instance_id: str | None, *args,
+                         **kwargs) -> JoinResult:
+        result = await self._join_group(group_id, member_id, group_instance_id, *args, **kwargs)
+        events = getattr(self.broker, "group_events", None)  # absent on unit tests' stand-in brokers
+        if events is not None:  # the live view's timeline
+            events.record(group_id, "join", result.member_id or member_id, error=result.error.name,
+                          generation=result.generation_id, leader=result.leader_id == result.member_id,
+                          instance_id=group_instance_id)
+        return result
+
+    async def _join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                          client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
+                          protocol_type: str, protocols: list[tuple[str, bytes]], *,
+                          require_known_member_id: bool, supports_skip_assignment: bool = False
+                          ) -> JoinResult:
         try:
             self._check_group_id(group_id)
         except KafkaError as e:
@@ -520,6 +531,9 @@ class GroupCoordinator:
         group.transition_to(GroupState.PREPARING_REBALANCE)
         log.info("preparing to rebalance group %s in state PreparingRebalance with old generation %d (%s)",
                  group.group_id, group.generation_id, reason)
+        events = getattr(self.broker, "group_events", None)
+        if events is not None:
+            events.record(group.group_id, "rebalance", None, generation=group.generation_id, reason=reason)
         if was_empty:
             timeout = group.max_rebalance_timeout_ms()
             delay = min(self.initial_rebalance_delay_ms, timeout)
@@ -579,6 +593,10 @@ class GroupCoordinator:
         group.transition_to(GroupState.COMPLETING_REBALANCE)
         log.info("stabilized group %s generation %d (%d members, protocol %s)", group.group_id,
                  group.generation_id, len(group.members), group.protocol_name)
+        events = getattr(self.broker, "group_events", None)
+        if events is not None:
+            events.record(group.group_id, "stabilized", group.leader_id, generation=group.generation_id,
+                          members=len(group.members), protocol=group.protocol_name)
         for member in group.members.values():
             if member.join_future is not None:
                 fut, member.join_future = member.join_future, None
@@ -644,6 +662,10 @@ class GroupCoordinator:
 
     def _remove_member_and_update_group(self, group: ClassicGroup, member: Member, reason: str) -> None:
         log.info("member %s left group %s (%s)", member.member_id, group.group_id, reason)
+        events = getattr(self.broker, "group_events", None)
+        if events is not None:
+            events.record(group.group_id, "removed", member.member_id, generation=group.generation_id,
+                          reason=reason)
         self._drop_member(group, member)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance(group, reason)
@@ -691,10 +713,18 @@ class GroupCoordinator:
 
     # -- SyncGroup ------------------------------------------------------------------------------
 
-    async def sync_group(self, group_id: str, generation_id: int, member_id: str,
-                         group_instance_id: str | None,
-                         protocol_type: str | None, protocol_name: str | None,
-                         assignments: list[tuple[str, bytes]]) -> SyncResult:
+    async def sync_group(self, group_id: str, generation_id: int, member_id: str, *args) -> SyncResult:
+        result = await self._sync_group(group_id, generation_id, member_id, *args)
+        events = getattr(self.broker, "group_events", None)
+        if events is not None:
+            events.record(group_id, "sync", member_id, error=result.error.name, generation=generation_id,
+                          assignment_bytes=len(result.assignment or b""))
+        return result
+
+    async def _sync_group(self, group_id: str, generation_id: int, member_id: str,
+                          group_instance_id: str | None,
+                          protocol_type: str | None, protocol_name: str | None,
+                          assignments: list[tuple[str, bytes]]) -> SyncResult:
         try:
             self._check_group_id(group_id)
         except KafkaError as e:
@@ -749,6 +779,14 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str,
                   group_instance_id: str | None) -> ErrorCode:
+        error = self._heartbeat(group_id, generation_id, member_id, group_instance_id)
+        events = getattr(self.broker, "group_events", None)
+        if events is not None:
+            events.record(group_id, "heartbeat", member_id, error=error.name, generation=generation_id)
+        return error
+
+    def _heartbeat(self, group_id: str, generation_id: int, member_id: str,
+                   group_instance_id: str | None) -> ErrorCode:
         try:
             self._check_group_id(group_id)
         except KafkaError as e:
@@ -778,6 +816,16 @@ class GroupCoordinator:
 
     def leave_group(self, group_id: str, leaving: list[tuple[str, str | None]]
                     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        error, out = self._leave_group(group_id, leaving)
+        events = getattr(self.broker, "group_events", None)
+        if events is not None:
+            for member_id, instance_id, member_error in out:
+                events.record(group_id, "leave", member_id, instance_id=instance_id,
+                              error=(member_error if error is E.NONE else error).name)
+        return error, out
+
+    def _leave_group(self, group_id: str, leaving: list[tuple[str, str | None]]
+                     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
         try:
             self._check_group_id(group_id)
         except KafkaError as e:

@@ -167,6 +167,24 @@ class ModernGroupCoordinator:
     # -- heartbeats -----------------------------------------------------------------------------
 
     def _answer(self, r, validate: Callable[[], None], client_id: str, client_host: str) -> HeartbeatResult:
+        result = self._answer_heartbeat(r, validate, client_id, client_host)
+        events = getattr(self.broker, "group_events", None)  # the live view's timeline, while attached
+        if events is not None:
+            group = self.groups.get(r.group_id)
+            member_id = result.member_id or r.member_id
+            member = group.members.get(member_id) if group is not None else None
+            leaving = r.member_epoch in self.LEAVE_EPOCHS
+            events.record(
+                r.group_id, "leave" if leaving else "heartbeat", member_id, error=result.error.name,
+                api=self.HEARTBEAT_API, asked_epoch=r.member_epoch, member_epoch=result.member_epoch,
+                group_epoch=group.group_epoch if group is not None else None,
+                assignment_epoch=group.assignment_epoch if group is not None else None,
+                current=dict(member.assigned) if member is not None else None,
+                target=dict(group.target.get(member_id, {})) if member is not None else None)
+        return result
+
+    def _answer_heartbeat(self, r, validate: Callable[[], None], client_id: str,
+                          client_host: str) -> HeartbeatResult:
         """A heartbeat's answer: the protocol enabled, the request valid, the groups loaded, then a leave or
         a heartbeat; a KafkaError is the answer's error, anything else a bug answered as Kafka does."""
         try:
@@ -200,6 +218,9 @@ class ModernGroupCoordinator:
             group.group_epoch += 1
             changes.group_epoch = True
             log.info("group %s: bumped %s to %d", group.group_id, self.GROUP_EPOCH, group.group_epoch)
+            events = getattr(self.broker, "group_events", None)
+            if events is not None:
+                events.record(group.group_id, "rebalance", None, group_epoch=group.group_epoch)
         if group.group_epoch > group.assignment_epoch:
             self._update_target(group, changes)
 
@@ -241,6 +262,9 @@ class ModernGroupCoordinator:
         self._cancel_timers(group.group_id, member_id)
         log.info("group %s: %s %s removed (%s); group epoch %d", group.group_id, self.MEMBER, member_id,
                  reason, group.group_epoch)
+        events = getattr(self.broker, "group_events", None)
+        if events is not None:
+            events.record(group.group_id, "removed", member_id, reason=reason, group_epoch=group.group_epoch)
 
     def _fence_quietly(self, group_id: str, member_id: str, epoch: int | None, reason: str) -> None:
         """``fence`` from a timer: not when the member is gone (or, given ``epoch``, at another epoch);

@@ -77,6 +77,9 @@ class Broker:
         # Called with each append while a live-view page listens (ReplicaManager._append_validated);
         # None otherwise, so the append path pays one attribute check.
         self.append_feed = None
+        # The live view's GroupEventRing while ui.enable is set: the group coordinators record joins,
+        # syncs, heartbeats, leaves and rebalances in it; None otherwise (one check at each point).
+        self.group_events = None
         self.faults = None  # FaultInjector (minibroker/server/faults.py) with fault.injection.enable=true
 
     def __getattr__(self, name: str):

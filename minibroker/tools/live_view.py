@@ -9,8 +9,9 @@ and these routes, all GET, all read-only:
 - ``/ui/api/overview``: topics and partitions (log start, last stable offset, high watermark, log end,
   size, segments, topic overrides), groups (classic, consumer, share: state, members, assignments,
   committed offsets and lag; for share groups the in-flight records: runs of offsets with their
-  state and delivery count), open transactions, connected clients, the groups' recent rebalance
-  events. A coordinator that is not built yet is shown as absent: the view never builds one;
+  state and delivery count), open transactions, connected clients, the groups' recent events (joins,
+  syncs, heartbeats with their epochs, leaves, rebalances: ``GroupEventRing``). A coordinator that
+  is not built yet is shown as absent: the view never builds one;
 - ``/ui/feed[?topic=T]``: the appends as Server-Sent Events: ``hello`` (the broker's start time, the
   row fields ``FEED_FIELDS`` and ``CODEC_NAMES``), then ``appends``, a JSON array of rows (one per
   append, gathered for ``FEED_FLUSH_S``), ``dropped`` when this subscriber fell more than
@@ -50,7 +51,8 @@ FEED_QUEUE = 1000  # events one subscriber may fall behind before the oldest are
 FEED_KEEPALIVE_S = 10.0  # an idle feed sends a comment this often (finds closed pages)
 FEED_RETRY_MS = 1000  # the browser's reconnection delay (EventSource ``retry``)
 FEED_FLUSH_S = 0.05  # appends are written to a page at most this often: one write for many
-GROUP_EVENTS = 500  # rebalance events kept for the timeline, all groups together
+GROUP_EVENTS = 200  # group events (joins, syncs, heartbeats, ...) kept per group for the timeline
+GROUP_EVENT_GROUPS = 1000  # groups with a timeline; the one idle longest is forgotten past this
 AUTH_CACHE_S = 60.0  # a verified basic-auth password is trusted this long without checking it again
 SHARE_RUNS_SHOWN = 200  # in-flight runs of records listed per share partition
 _PAGE = "live_view.html"
@@ -156,35 +158,52 @@ FEED_FIELDS = (  # a feed row's values, in order (``AppendFeed.publish``); ``tim
 
 
 # ---------------------------------------------------------------------------------------------
-# rebalance events
+# group events (the timeline)
 
 
-class GroupEvents(logging.Handler):
-    """The group coordinators' INFO lines (joins, rebalances, new target assignments, members leaving)
-    kept for the timeline: the last ``GROUP_EVENTS``, with their time. Read from ``minibroker.groups``
-    so the coordinators need no hook; a broker logging at WARNING has no timeline."""
+class GroupEventRing:
+    """The groups' recent events for the timeline, fed by the group coordinators themselves through
+    ``broker.group_events`` (set while the live view is attached, so at any log level): joins, syncs,
+    heartbeats (classic: the generation; KIP-848: the member epoch asked and answered, the group and
+    target epochs, the member's current and target assignment), leaves, rebalances, stabilisations and
+    removals. A bounded ring per group (``GROUP_EVENTS`` each, the oldest dropped) and at most
+    ``GROUP_EVENT_GROUPS`` groups (the one idle longest forgotten)."""
 
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.events: collections.deque = collections.deque(maxlen=GROUP_EVENTS)
+    def __init__(self, topic_name=None) -> None:
+        self.rings: dict[str, collections.deque] = {}
+        self.topic_name = topic_name  # topic id -> name, for KIP-848 assignments
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def record(self, group_id: str, kind: str, member_id: str | None = None, **fields) -> None:
+        """Never raises into the coordinator: a broken event is dropped."""
         try:
-            self.events.append((int(record.created * 1000), record.getMessage()))
-        except Exception:  # noqa: BLE001 - a bad format string in a log call
-            self.handleError(record)
+            ring = self.rings.pop(group_id, None)  # re-inserted last: dict order is recency
+            if ring is None:
+                if len(self.rings) >= GROUP_EVENT_GROUPS:
+                    del self.rings[next(iter(self.rings))]
+                ring = collections.deque(maxlen=GROUP_EVENTS)
+            self.rings[group_id] = ring
+            event = {"time": int(time.time() * 1000), "kind": kind, "member_id": member_id}
+            for key, value in fields.items():
+                event[key] = self._named(value) if isinstance(value, dict) else value
+            ring.append(event)
+        except Exception:  # noqa: BLE001 - the timeline must not break a group
+            log.exception("live view: a group event could not be recorded")
+
+    def _named(self, assignment: dict) -> dict:
+        """A TopicAssignment (topic id -> partitions) with topic names, as JSON."""
+        names = self.topic_name
+        return {((names(t) if names else None) or (t.hex() if isinstance(t, bytes) else str(t))): sorted(ps)
+                for t, ps in assignment.items() if ps}
 
     def for_group(self, group_id: str) -> list[dict]:
-        marks = (f"group {group_id} ", f"group {group_id}:", f"group {group_id},")
-        return [{"time": t, "text": text} for t, text in self.events
-                if any(m in text + " " for m in marks)]
+        return list(self.rings.get(group_id, ()))
 
 
 # ---------------------------------------------------------------------------------------------
 # the overview
 
 
-def overview(broker, group_events: GroupEvents | None = None, visible: Visibility | None = None) -> dict:
+def overview(broker, group_events: GroupEventRing | None = None, visible: Visibility | None = None) -> dict:
     """Everything the overview tab shows, as JSON; coordinators not built yet are reported absent.
     With ``visible`` (a broker with an authorizer), only what its principal may DESCRIBE."""
     logs = broker.logs
@@ -254,7 +273,7 @@ def _partition_row(plog) -> dict:
     }
 
 
-def _groups(broker, leo: dict, group_events: GroupEvents | None) -> list[dict] | None:
+def _groups(broker, leo: dict, group_events: GroupEventRing | None) -> list[dict] | None:
     if not broker.loaded("groups"):
         return None
     coordinator = broker.groups
@@ -485,8 +504,8 @@ class LiveView:
     def __init__(self, broker):
         self.broker = broker
         self.feed = AppendFeed(broker)
-        self.group_events = GroupEvents()
-        logging.getLogger("minibroker.groups").addHandler(self.group_events)
+        self.group_events = GroupEventRing(self._topic_name)
+        broker.group_events = self.group_events
         broker.on_close(self.close)
         endpoints = broker.config.listener_endpoints()
         self.host = endpoints[0][1] if endpoints else ""  # the metrics port binds the first listener's host
@@ -494,8 +513,12 @@ class LiveView:
         self.auth = BasicAuth(broker) if broker.config["authorizer.class.name"] else None
 
     def close(self) -> None:
-        logging.getLogger("minibroker.groups").removeHandler(self.group_events)
+        self.broker.group_events = None
         self.broker.append_feed = None
+
+    def _topic_name(self, topic_id: bytes) -> str | None:
+        logs = self.broker.logs
+        return logs.topic_name(topic_id) if logs is not None else None
 
     def _refusal(self) -> str | None:
         config = self.broker.config
