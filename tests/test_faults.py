@@ -5,6 +5,7 @@ match count."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import socket
 import subprocess
@@ -494,6 +495,132 @@ def test_each_clients_idempotent_producer_writes_once_through_each_fault(minibro
         assert handle.matched == rule["count"]
     assert offset == 0
     assert [r.value for r in minibroker.consume(topic_name, 2, timeout=1)] == [b"only-once"]
+
+
+def _send_within(client: str, bootstrap: str, topic: str, value: bytes, timeout_ms: int) -> int:
+    """Produce ``value`` with ``client``'s plain producer, giving up after about ``timeout_ms`` (its own
+    request and delivery timeouts, no retries); the offset it reports, or the client's own error."""
+    if client == "kafka-python":
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms,
+                                 delivery_timeout_ms=timeout_ms * 2, retries=0, acks=1,
+                                 enable_idempotence=False, retry_backoff_ms=10)
+        try:
+            return producer.send(topic, value).get(timeout=timeout_ms / 1000 * 4 + 5).offset
+        finally:
+            producer.close(timeout=1)
+    if client == "aiokafka":
+        from aiokafka import AIOKafkaProducer
+
+        async def send() -> int:
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms, acks=1,
+                                        enable_idempotence=False, retry_backoff_ms=10)
+            await producer.start()
+            try:
+                return (await producer.send_and_wait(topic, value)).offset
+            finally:
+                await producer.stop()
+
+        return asyncio.run(send())
+    from confluent_kafka import KafkaException, Producer
+
+    reports = []
+    producer = Producer({"bootstrap.servers": bootstrap, "request.timeout.ms": timeout_ms,
+                         "message.timeout.ms": timeout_ms * 2, "retries": 0, "acks": 1,
+                         "enable.idempotence": False, "linger.ms": 0, "retry.backoff.ms": 10})
+    producer.produce(topic, value, on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    producer.flush(timeout_ms / 1000 * 4 + 5)
+    assert len(reports) == 1, "no delivery report"
+    if reports[0][0] is not None:
+        raise KafkaException(reports[0][0])
+    return reports[0][1]
+
+
+def _client_error(client: str) -> type[Exception]:
+    """The base class of the errors ``client`` reports for a failed send."""
+    if client == "kafka-python":
+        from kafka.errors import KafkaError
+        return KafkaError
+    if client == "aiokafka":
+        from aiokafka.errors import KafkaError
+        return KafkaError
+    from confluent_kafka import KafkaException
+    return KafkaException
+
+
+CLIENTS = ["kafka-python", "aiokafka", "confluent-kafka"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_each_clients_held_produce_completes_once_released(minibroker, topic_name, client):
+    minibroker.create_topic(topic_name)
+    with minibroker.inject(api="Produce", topic=topic_name, hold=True) as rule, \
+            concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(_send_within, client, minibroker.bootstrap_servers, topic_name, b"held", 20_000)
+        rule.wait_until_matched(1, timeout=15)
+        assert not sent.done()  # held: no answer yet
+        assert rule.release() == 1
+        assert sent.result(timeout=20) == 0
+    assert [r.value for r in minibroker.consume(topic_name, 2, timeout=1)] == [b"held"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_each_clients_request_timeout_against_a_delay(minibroker, topic_name, client):
+    minibroker.create_topic(topic_name)
+    with minibroker.inject(api="Produce", topic=topic_name, delay_ms=200, count=1) as rule:
+        assert _send_within(client, minibroker.bootstrap_servers, topic_name, b"slow", 5_000) == 0
+        assert rule.matched == 1
+    with minibroker.inject(api="Produce", topic=topic_name, delay_ms=8_000) as rule:
+        began = time.monotonic()
+        with pytest.raises(_client_error(client)):
+            _send_within(client, minibroker.bootstrap_servers, topic_name, b"late", 500)
+        assert time.monotonic() - began < 8  # the client's own timeout fired, not the broker's answer
+        assert rule.matched >= 1
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_each_client_times_out_on_a_broker_that_stops_reading_and_recovers(minibroker, topic_name, client):
+    minibroker.create_topic(topic_name)
+    with minibroker.inject(api="Produce", topic=topic_name, action="stop_reading") as rule:
+        with pytest.raises(_client_error(client)):
+            _send_within(client, minibroker.bootstrap_servers, topic_name, b"unread", 500)
+        assert rule.matched >= 1
+    assert _send_within(client, minibroker.bootstrap_servers, topic_name, b"read", 5_000) >= 0
+    assert b"read" in [r.value for r in minibroker.consume(topic_name, 3, timeout=1)]
+
+
+def _throttle_seen_ms(client: str, bootstrap: str, topic: str) -> float:
+    """Send one record with ``client`` and return the largest broker throttle it reported to the
+    application: kafka-python's ``throttle-time-max`` metric, confluent-kafka's ``throttle_cb``."""
+    if client == "kafka-python":
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, enable_idempotence=False)
+        try:
+            producer.send(topic, b"throttled").get(timeout=20)
+            return max(value for group in producer.metrics().values() for name, value in group.items()
+                       if name == "throttle-time-max" and isinstance(value, (int, float)))
+        finally:
+            producer.close(timeout=1)
+    from confluent_kafka import Producer
+
+    throttles = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time * 1000)})
+    producer.produce(topic, b"throttled")
+    assert producer.flush(20) == 0
+    producer.poll(0)  # the callback runs from poll
+    return max(throttles, default=0)
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])  # aiokafka reports no throttle
+def test_clients_report_the_throttle_time_the_broker_answered(minibroker, topic_name, client):
+    minibroker.create_topic(topic_name)
+    with minibroker.inject(api="Produce", topic=topic_name, throttle_ms=1_500, count=1) as rule:
+        assert _throttle_seen_ms(client, minibroker.bootstrap_servers, topic_name) == pytest.approx(1_500)
+        assert rule.matched == 1
+    assert [r.value for r in minibroker.consume(topic_name, 2, timeout=1)] == [b"throttled"]
 
 
 # -- the HTTP API, the CLI, the process fixture, the guard ------------------------------------------------

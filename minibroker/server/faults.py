@@ -615,10 +615,13 @@ class FaultInjector:
         return self._later(rule, act, request)
 
     def _later(self, rule: FaultRule, act, request):
+        # held from the moment it matched: a release that follows a seen match always finds it
+        waiter = asyncio.get_running_loop().create_future() if rule.hold else None
+        if waiter is not None:
+            rule.held.append(waiter)
+
         async def waited(broker, header, _request):
-            if rule.hold:
-                waiter = asyncio.get_running_loop().create_future()
-                rule.held.append(waiter)
+            if waiter is not None:
                 await waiter
             else:
                 await asyncio.sleep((rule.delay_ms + self._random.uniform(0, rule.jitter_ms)) / 1000)
