@@ -216,6 +216,32 @@ def test_a_bumped_leader_epoch_and_an_offline_partition_show_in_metadata(minibro
             assert codes == [(0, ErrorCode.NOT_LEADER_OR_FOLLOWER), (1, 0)]
         assert partitions(wire)[0] == (0, 0, leader, epoch0)
 
+def test_offset_for_leader_epoch_answers_for_a_bumped_epoch(minibroker, topic_name):
+    minibroker.create_topic(topic_name)
+    minibroker.produce(topic_name, [b"a", b"b", b"c"])
+
+    def end_offsets(wire, *epochs):  # one request per epoch: a request names a partition once
+        answers = []
+        for epoch in epochs:
+            request = {"replica_id": -1, "topics": [{"topic": topic_name, "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "leader_epoch": epoch}]}]}
+            (p,) = wire.request(23, 4, request).topics[0].partitions
+            answers.append((p.error_code, p.leader_epoch, p.end_offset))
+        return answers
+
+    with _wire(minibroker) as wire:
+        assert end_offsets(wire, 0, 1) == [(0, 0, 3), (0, -1, -1)]
+        with minibroker.inject(api="ListOffsets", topic=topic_name, error="NOT_LEADER_OR_FOLLOWER",
+                               bump_leader_epoch=True, count=1):
+            wire.request(2, 5, _list_offsets(topic_name))
+        minibroker.produce(topic_name, [b"d", b"e"])
+        # epoch 0 ends where the bump happened; the current epoch 1 at the log end
+        assert end_offsets(wire, 0, 1, 2) == [(0, 0, 3), (0, 1, 5), (0, -1, -1)]
+        with minibroker.inject(api="ListOffsets", topic=topic_name, error="FENCED_LEADER_EPOCH",
+                               bump_leader_epoch=True, count=1):
+            wire.request(2, 5, _list_offsets(topic_name))
+        assert end_offsets(wire, 0, 1, 2) == [(0, 0, 3), (0, 1, 5), (0, 2, 5)]
+
 
 def test_an_expired_window_stops_matching(minibroker, topic_name):
     minibroker.create_topic(topic_name)
