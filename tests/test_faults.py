@@ -242,6 +242,39 @@ def test_offset_for_leader_epoch_answers_for_a_bumped_epoch(minibroker, topic_na
             wire.request(2, 5, _list_offsets(topic_name))
         assert end_offsets(wire, 0, 1, 2) == [(0, 0, 3), (0, 1, 5), (0, 2, 5)]
 
+def test_confluent_consumer_reads_on_through_a_leader_epoch_bump(minibroker, topic_name):
+    from confluent_kafka import Consumer, TopicPartition
+
+    minibroker.create_topic(topic_name)
+    minibroker.produce(topic_name, [b"a", b"b", b"c"])
+    consumer = Consumer({"bootstrap.servers": minibroker.bootstrap_servers, "group.id": topic_name,
+                         "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 500,
+                         "fetch.wait.max.ms": 50, "retry.backoff.ms": 10})
+    seen, errors = [], []
+
+    def read_until(count: int, deadline_s: float = 15) -> None:
+        deadline = time.monotonic() + deadline_s
+        while len(seen) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                errors.append(message.error())
+            else:
+                seen.append(message.value())
+
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, 0)])
+        read_until(3)
+        with minibroker.inject(api="Fetch", topic=topic_name, error="NOT_LEADER_OR_FOLLOWER",
+                               bump_leader_epoch=True, count=1) as rule:
+            minibroker.produce(topic_name, [b"d", b"e"])
+            read_until(5)
+            assert rule.matched == 1
+    finally:
+        consumer.close()
+    assert (seen, errors) == ([b"a", b"b", b"c", b"d", b"e"], [])
+
 
 def test_an_expired_window_stops_matching(minibroker, topic_name):
     minibroker.create_topic(topic_name)
