@@ -268,9 +268,13 @@ def test_confluent_consumer_reads_on_through_a_leader_epoch_bump(minibroker, top
         read_until(3)
         with minibroker.inject(api="Fetch", topic=topic_name, error="NOT_LEADER_OR_FOLLOWER",
                                bump_leader_epoch=True, count=1) as rule:
+            # a Fetch already waiting at the broker is answered without the rule: poll until one meets it
+            deadline = time.monotonic() + 15
+            while not rule.matched and time.monotonic() < deadline:
+                read_until(4, deadline_s=0.3)
+            assert rule.matched == 1
             minibroker.produce(topic_name, [b"d", b"e"])
             read_until(5)
-            assert rule.matched == 1
     finally:
         consumer.close()
     assert (seen, errors) == ([b"a", b"b", b"c", b"d", b"e"], [])
@@ -503,6 +507,21 @@ def test_recipe_full_disk_on_one_partition_while_others_keep_working(minibroker,
         producer.close()
 
 
+def _aiokafka_send(bootstrap: str, topic: str, value: bytes, **settings) -> int:
+    """Produce ``value`` with an aiokafka producer made with ``settings``; the offset it reports."""
+    from aiokafka import AIOKafkaProducer
+
+    async def send() -> int:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **settings)
+        await producer.start()
+        try:
+            return (await producer.send_and_wait(topic, value)).offset
+        finally:
+            await producer.stop()
+
+    return asyncio.run(send())
+
+
 def _send_one(client: str, bootstrap: str, topic: str, value: bytes) -> int:
     """Produce ``value`` with ``client``'s idempotent producer (its own retries); the offset it reports."""
     if client == "kafka-python":
@@ -514,18 +533,7 @@ def _send_one(client: str, bootstrap: str, topic: str, value: bytes) -> int:
         finally:
             producer.close()
     if client == "aiokafka":
-        from aiokafka import AIOKafkaProducer
-
-        async def send() -> int:
-            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
-                                        retry_backoff_ms=10)
-            await producer.start()
-            try:
-                return (await producer.send_and_wait(topic, value)).offset
-            finally:
-                await producer.stop()
-
-        return asyncio.run(send())
+        return _aiokafka_send(bootstrap, topic, value, enable_idempotence=True, retry_backoff_ms=10)
     from confluent_kafka import Producer
 
     reports = []
@@ -570,18 +578,8 @@ def _send_within(client: str, bootstrap: str, topic: str, value: bytes, timeout_
         finally:
             producer.close(timeout=1)
     if client == "aiokafka":
-        from aiokafka import AIOKafkaProducer
-
-        async def send() -> int:
-            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms, acks=1,
-                                        enable_idempotence=False, retry_backoff_ms=10)
-            await producer.start()
-            try:
-                return (await producer.send_and_wait(topic, value)).offset
-            finally:
-                await producer.stop()
-
-        return asyncio.run(send())
+        return _aiokafka_send(bootstrap, topic, value, request_timeout_ms=timeout_ms, acks=1,
+                              enable_idempotence=False, retry_backoff_ms=10)
     from confluent_kafka import KafkaException, Producer
 
     reports = []
