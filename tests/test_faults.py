@@ -5,6 +5,7 @@ match count."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import socket
 import subprocess
@@ -214,6 +215,69 @@ def test_a_bumped_leader_epoch_and_an_offline_partition_show_in_metadata(minibro
             codes = sorted((p.partition_index, p.error_code) for p in answer.topics[0].partitions)
             assert codes == [(0, ErrorCode.NOT_LEADER_OR_FOLLOWER), (1, 0)]
         assert partitions(wire)[0] == (0, 0, leader, epoch0)
+
+def test_offset_for_leader_epoch_answers_for_a_bumped_epoch(minibroker, topic_name):
+    minibroker.create_topic(topic_name)
+    minibroker.produce(topic_name, [b"a", b"b", b"c"])
+
+    def end_offsets(wire, *epochs):  # one request per epoch: a request names a partition once
+        answers = []
+        for epoch in epochs:
+            request = {"replica_id": -1, "topics": [{"topic": topic_name, "partitions": [
+                {"partition": 0, "current_leader_epoch": -1, "leader_epoch": epoch}]}]}
+            (p,) = wire.request(23, 4, request).topics[0].partitions
+            answers.append((p.error_code, p.leader_epoch, p.end_offset))
+        return answers
+
+    with _wire(minibroker) as wire:
+        assert end_offsets(wire, 0, 1) == [(0, 0, 3), (0, -1, -1)]
+        with minibroker.inject(api="ListOffsets", topic=topic_name, error="NOT_LEADER_OR_FOLLOWER",
+                               bump_leader_epoch=True, count=1):
+            wire.request(2, 5, _list_offsets(topic_name))
+        minibroker.produce(topic_name, [b"d", b"e"])
+        # epoch 0 ends where the bump happened; the current epoch 1 at the log end
+        assert end_offsets(wire, 0, 1, 2) == [(0, 0, 3), (0, 1, 5), (0, -1, -1)]
+        with minibroker.inject(api="ListOffsets", topic=topic_name, error="FENCED_LEADER_EPOCH",
+                               bump_leader_epoch=True, count=1):
+            wire.request(2, 5, _list_offsets(topic_name))
+        assert end_offsets(wire, 0, 1, 2) == [(0, 0, 3), (0, 1, 5), (0, 2, 5)]
+
+def test_confluent_consumer_reads_on_through_a_leader_epoch_bump(minibroker, topic_name):
+    from confluent_kafka import Consumer, TopicPartition
+
+    minibroker.create_topic(topic_name)
+    minibroker.produce(topic_name, [b"a", b"b", b"c"])
+    consumer = Consumer({"bootstrap.servers": minibroker.bootstrap_servers, "group.id": topic_name,
+                         "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 500,
+                         "fetch.wait.max.ms": 50, "retry.backoff.ms": 10})
+    seen, errors = [], []
+
+    def read_until(count: int, deadline_s: float = 15) -> None:
+        deadline = time.monotonic() + deadline_s
+        while len(seen) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                errors.append(message.error())
+            else:
+                seen.append(message.value())
+
+    try:
+        consumer.assign([TopicPartition(topic_name, 0, 0)])
+        read_until(3)
+        with minibroker.inject(api="Fetch", topic=topic_name, error="NOT_LEADER_OR_FOLLOWER",
+                               bump_leader_epoch=True, count=1) as rule:
+            # a Fetch already waiting at the broker is answered without the rule: poll until one meets it
+            deadline = time.monotonic() + 15
+            while not rule.matched and time.monotonic() < deadline:
+                read_until(4, deadline_s=0.3)
+            assert rule.matched == 1
+            minibroker.produce(topic_name, [b"d", b"e"])
+            read_until(5)
+    finally:
+        consumer.close()
+    assert (seen, errors) == ([b"a", b"b", b"c", b"d", b"e"], [])
 
 
 def test_an_expired_window_stops_matching(minibroker, topic_name):
@@ -443,6 +507,21 @@ def test_recipe_full_disk_on_one_partition_while_others_keep_working(minibroker,
         producer.close()
 
 
+def _aiokafka_send(bootstrap: str, topic: str, value: bytes, **settings) -> int:
+    """Produce ``value`` with an aiokafka producer made with ``settings``; the offset it reports."""
+    from aiokafka import AIOKafkaProducer
+
+    async def send() -> int:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **settings)
+        await producer.start()
+        try:
+            return (await producer.send_and_wait(topic, value)).offset
+        finally:
+            await producer.stop()
+
+    return asyncio.run(send())
+
+
 def _send_one(client: str, bootstrap: str, topic: str, value: bytes) -> int:
     """Produce ``value`` with ``client``'s idempotent producer (its own retries); the offset it reports."""
     if client == "kafka-python":
@@ -454,18 +533,7 @@ def _send_one(client: str, bootstrap: str, topic: str, value: bytes) -> int:
         finally:
             producer.close()
     if client == "aiokafka":
-        from aiokafka import AIOKafkaProducer
-
-        async def send() -> int:
-            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
-                                        retry_backoff_ms=10)
-            await producer.start()
-            try:
-                return (await producer.send_and_wait(topic, value)).offset
-            finally:
-                await producer.stop()
-
-        return asyncio.run(send())
+        return _aiokafka_send(bootstrap, topic, value, enable_idempotence=True, retry_backoff_ms=10)
     from confluent_kafka import Producer
 
     reports = []
@@ -494,6 +562,122 @@ def test_each_clients_idempotent_producer_writes_once_through_each_fault(minibro
         assert handle.matched == rule["count"]
     assert offset == 0
     assert [r.value for r in minibroker.consume(topic_name, 2, timeout=1)] == [b"only-once"]
+
+
+def _send_within(client: str, bootstrap: str, topic: str, value: bytes, timeout_ms: int) -> int:
+    """Produce ``value`` with ``client``'s plain producer, giving up after about ``timeout_ms`` (its own
+    request and delivery timeouts, no retries); the offset it reports, or the client's own error."""
+    if client == "kafka-python":
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms,
+                                 delivery_timeout_ms=timeout_ms * 2, retries=0, acks=1,
+                                 enable_idempotence=False, retry_backoff_ms=10)
+        try:
+            return producer.send(topic, value).get(timeout=timeout_ms / 1000 * 4 + 5).offset
+        finally:
+            producer.close(timeout=1)
+    if client == "aiokafka":
+        return _aiokafka_send(bootstrap, topic, value, request_timeout_ms=timeout_ms, acks=1,
+                              enable_idempotence=False, retry_backoff_ms=10)
+    from confluent_kafka import KafkaException, Producer
+
+    reports = []
+    producer = Producer({"bootstrap.servers": bootstrap, "request.timeout.ms": timeout_ms,
+                         "message.timeout.ms": timeout_ms * 2, "retries": 0, "acks": 1,
+                         "enable.idempotence": False, "linger.ms": 0, "retry.backoff.ms": 10})
+    producer.produce(topic, value, on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    producer.flush(timeout_ms / 1000 * 4 + 5)
+    assert len(reports) == 1, "no delivery report"
+    if reports[0][0] is not None:
+        raise KafkaException(reports[0][0])
+    return reports[0][1]
+
+
+def _client_error(client: str) -> type[Exception]:
+    """The base class of the errors ``client`` reports for a failed send."""
+    if client == "kafka-python":
+        from kafka.errors import KafkaError
+        return KafkaError
+    if client == "aiokafka":
+        from aiokafka.errors import KafkaError
+        return KafkaError
+    from confluent_kafka import KafkaException
+    return KafkaException
+
+
+CLIENTS = ["kafka-python", "aiokafka", "confluent-kafka"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_each_clients_held_produce_completes_once_released(minibroker, topic_name, client):
+    minibroker.create_topic(topic_name)
+    with minibroker.inject(api="Produce", topic=topic_name, hold=True) as rule, \
+            concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(_send_within, client, minibroker.bootstrap_servers, topic_name, b"held", 20_000)
+        rule.wait_until_matched(1, timeout=15)
+        assert not sent.done()  # held: no answer yet
+        assert rule.release() == 1
+        assert sent.result(timeout=20) == 0
+    assert [r.value for r in minibroker.consume(topic_name, 2, timeout=1)] == [b"held"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_each_clients_request_timeout_against_a_delay(minibroker, topic_name, client):
+    minibroker.create_topic(topic_name)
+    with minibroker.inject(api="Produce", topic=topic_name, delay_ms=200, count=1) as rule:
+        assert _send_within(client, minibroker.bootstrap_servers, topic_name, b"slow", 5_000) == 0
+        assert rule.matched == 1
+    with minibroker.inject(api="Produce", topic=topic_name, delay_ms=8_000) as rule:
+        began = time.monotonic()
+        with pytest.raises(_client_error(client)):
+            _send_within(client, minibroker.bootstrap_servers, topic_name, b"late", 500)
+        assert time.monotonic() - began < 8  # the client's own timeout fired, not the broker's answer
+        assert rule.matched >= 1
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_each_client_times_out_on_a_broker_that_stops_reading_and_recovers(minibroker, topic_name, client):
+    minibroker.create_topic(topic_name)
+    with minibroker.inject(api="Produce", topic=topic_name, action="stop_reading") as rule:
+        with pytest.raises(_client_error(client)):
+            _send_within(client, minibroker.bootstrap_servers, topic_name, b"unread", 500)
+        assert rule.matched >= 1
+    assert _send_within(client, minibroker.bootstrap_servers, topic_name, b"read", 5_000) >= 0
+    assert b"read" in [r.value for r in minibroker.consume(topic_name, 3, timeout=1)]
+
+
+def _throttle_seen_ms(client: str, bootstrap: str, topic: str) -> float:
+    """Send one record with ``client`` and return the largest broker throttle it reported to the
+    application: kafka-python's ``throttle-time-max`` metric, confluent-kafka's ``throttle_cb``."""
+    if client == "kafka-python":
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, enable_idempotence=False)
+        try:
+            producer.send(topic, b"throttled").get(timeout=20)
+            return max(value for group in producer.metrics().values() for name, value in group.items()
+                       if name == "throttle-time-max" and isinstance(value, (int, float)))
+        finally:
+            producer.close(timeout=1)
+    from confluent_kafka import Producer
+
+    throttles = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0,
+                         "throttle_cb": lambda event: throttles.append(event.throttle_time * 1000)})
+    producer.produce(topic, b"throttled")
+    assert producer.flush(20) == 0
+    producer.poll(0)  # the callback runs from poll
+    return max(throttles, default=0)
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])  # aiokafka reports no throttle
+def test_clients_report_the_throttle_time_the_broker_answered(minibroker, topic_name, client):
+    minibroker.create_topic(topic_name)
+    with minibroker.inject(api="Produce", topic=topic_name, throttle_ms=1_500, count=1) as rule:
+        assert _throttle_seen_ms(client, minibroker.bootstrap_servers, topic_name) == pytest.approx(1_500)
+        assert rule.matched == 1
+    assert [r.value for r in minibroker.consume(topic_name, 2, timeout=1)] == [b"throttled"]
 
 
 # -- the HTTP API, the CLI, the process fixture, the guard ------------------------------------------------

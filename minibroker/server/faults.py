@@ -36,7 +36,7 @@ import random
 from dataclasses import dataclass, field
 
 from minibroker.config import ConfigError
-from minibroker.errors import ErrorCode
+from minibroker.errors import ErrorCode, KafkaError
 from minibroker.protocol import codec
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID, in_range
@@ -495,6 +495,9 @@ class FaultInjector:
         self.broker = broker
         self.rules: list[FaultRule] = []
         self.epoch_bumps: dict[tuple[str, int], int] = {}  # (topic, partition) -> leader epoch added
+        # (topic, partition) -> [(epoch, start offset)], as a Kafka leader's epoch cache: each bump starts
+        # an epoch at the log end offset of that moment (OffsetForLeaderEpoch answers from it)
+        self.epoch_starts: dict[tuple[str, int], list[tuple[int, int]]] = {}
         self.engaged = False
         self._ids = itertools.count(1)
         self._random = random.Random()
@@ -615,10 +618,13 @@ class FaultInjector:
         return self._later(rule, act, request)
 
     def _later(self, rule: FaultRule, act, request):
+        # held from the moment it matched: a release that follows a seen match always finds it
+        waiter = asyncio.get_running_loop().create_future() if rule.hold else None
+        if waiter is not None:
+            rule.held.append(waiter)
+
         async def waited(broker, header, _request):
-            if rule.hold:
-                waiter = asyncio.get_running_loop().create_future()
-                rule.held.append(waiter)
+            if waiter is not None:
                 await waiter
             else:
                 await asyncio.sleep((rule.delay_ms + self._random.uniform(0, rule.jitter_ms)) / 1000)
@@ -646,6 +652,7 @@ class FaultInjector:
                 if topic is not None and partition is not None and self._names(rule, topic, partition):
                     key = (topic, partition)
                     self.epoch_bumps[key] = self.epoch_bumps.get(key, 0) + 1
+                    self._start_epoch(key, self.epoch_bumps[key])
             self._update()
         if action == "offline":
             return self._erring(rule, conn, fn, code)
@@ -728,7 +735,36 @@ class FaultInjector:
                 if bump and epoch >= bump:
                     setattr(p, field_name, epoch - bump)
 
+    def _log_end(self, key: tuple[str, int]) -> int:
+        try:
+            return self.broker.replicas.get_log(*key).log_end_offset
+        except KafkaError:
+            return 0
+
+    def _start_epoch(self, key: tuple[str, int], epoch: int) -> None:
+        start = self._log_end(key)
+        # a new epoch replaces the entries that start at or after it, as Kafka's cache assigns one
+        kept = [(e, s) for e, s in self.epoch_starts.get(key, [(0, 0)]) if s < start]
+        self.epoch_starts[key] = [*kept, (epoch, start)]
+
+    def end_offset_for(self, key: tuple[str, int], requested: int) -> tuple[int, int]:
+        """(epoch, end offset) for a requested leader epoch of a bumped partition, as Kafka's
+        ``LeaderEpochFileCache.endOffsetFor`` answers: the current epoch ends at the log end offset, an
+        older one where the next known epoch starts."""
+        entries = self.epoch_starts[key]
+        if requested < 0:
+            return -1, -1
+        if requested == entries[-1][0]:
+            return requested, self._log_end(key)
+        higher = next(((e, s) for e, s in entries if e > requested), None)
+        if higher is None:
+            return -1, -1
+        floor = [e for e, _ in entries if e <= requested]
+        return (floor[-1] if floor else requested), higher[1]
+
     def _with_overlay(self, fn, api_key: int):
+        if api_key == 23:
+            return self._epoch_answers(fn)
         if api_key not in (3, 75):
             return fn
 
@@ -741,6 +777,22 @@ class FaultInjector:
             return response
 
         return _then(fn, overlay)
+
+    def _epoch_answers(self, fn):
+        def answered(broker, header, request):
+            asked = {(t.topic, p.partition): p.leader_epoch for t in request.topics for p in t.partitions}
+
+            def overlay(header, response):
+                for topic in response.topics or ():
+                    for p in topic.partitions or ():
+                        key = (topic.topic, p.partition)
+                        if p.error_code == 0 and key in self.epoch_starts and key in asked:
+                            p.leader_epoch, p.end_offset = self.end_offset_for(key, asked[key])
+                return response
+
+            return _then(fn, overlay)(broker, header, request)
+
+        return answered
 
     @staticmethod
     def _offline_metadata(response, rule: FaultRule):
