@@ -145,9 +145,19 @@ def pytest_configure(config):  # pragma: no cover - runs inside the suite's pyte
     from minibroker.testing import sigterm_as_keyboard_interrupt
 
     sigterm_as_keyboard_interrupt()
+    apply_client_fixes()
+
+
+def apply_client_fixes() -> None:
+    """The client races this script fixes in the kafka-python it drives (tests/client_fixes.py applies
+    the same to minibroker's own suite), each explained at its function."""
     import kafka.cluster
+    import kafka.coordinator.base
+    import kafka.coordinator.consumer
 
     patch_stale_metadata_response(kafka.cluster.ClusterMetadata)
+    patch_join_completed_between_polls(kafka.coordinator.base.BaseCoordinator,
+                                       kafka.coordinator.consumer.ConsumerCoordinator)
 
 
 def patch_stale_metadata_response(cluster_class) -> None:
@@ -195,6 +205,65 @@ def patch_stale_metadata_response(cluster_class) -> None:
     cluster_class.update_metadata = update_metadata
     cluster_class._minibroker_unpatched = {"metadata_request": original_request,
                                            "update_metadata": original_update}
+
+
+def patch_join_completed_between_polls(base_class, consumer_class) -> None:
+    """Fix, in the suite's own client code, kafka-python's lost group join (3.0.12): a join attempt that
+    completes while no ``poll()`` awaits it is dropped, and the member stops heartbeating for good.
+
+    ``poll()`` runs a join attempt (JoinGroup, then SyncGroup) as a task on the client's IO thread and
+    awaits it for what is left of its timeout; a task still running then is left in flight for the next
+    ``poll()``. Two things go wrong when the task finishes in between:
+
+    - when the rejoin was asked for by the leader's own metadata check (``assignment_snapshot !=
+      metadata_snapshot``: a topic got partitions, or its metadata came after the first assignment),
+      the leader's assignment inside the task brings the snapshots level, ``need_rejoin()`` turns False,
+      and no ``poll()`` looks at the finished task again: the new assignment is never taken up, and the
+      heartbeats disabled for the join stay disabled. The coordinator expires the member after
+      ``session.timeout.ms``; the consumer, hearing nothing, never rejoins and keeps its old partitions.
+      Seen in CI as ``test_groups_clients.py::test_mixed_group`` (kafka-python's member "left group gm
+      (session timeout expired)" after generation 2 and sent nothing more for 34 s);
+    - otherwise the next ``poll()`` finds the task done and starts a new JoinGroup, discarding the
+      finished one: a needless extra rebalance.
+
+    The Java client keeps the pending join in ``rejoinNeededOrPending()`` and completes a finished one
+    on the next poll; the fix does the same: a join task not yet taken up counts as a rejoin to finish,
+    and a successful finished one completes the join (assignment taken up, heartbeats enabled) instead
+    of being sent again. Attribute names are checked first, so a kafka-python that reorganizes this
+    code fails loudly here, not silently."""
+    needed = {base_class: ("join_group_async", "_on_join_complete_async", "_enable_heartbeat"),
+              consumer_class: ("need_rejoin",)}
+    missing = [name for cls, names in needed.items() for name in names if not hasattr(cls, name)]
+    if missing:
+        raise RuntimeError(f"cannot patch kafka-python's group coordinator: no {', '.join(missing)}")
+    if "_minibroker_unpatched" in vars(consumer_class):
+        return
+    from kafka.structs import MemberState
+
+    original_join = base_class.join_group_async
+    original_need_rejoin = consumer_class.need_rejoin
+
+    def need_rejoin(self):
+        return getattr(self, "_join_task", None) is not None or original_need_rejoin(self)
+
+    async def join_group_async(self, timeout_ms=None):
+        task = getattr(self, "_join_task", None)
+        if task is not None and task.is_done and task.succeeded() and not self._generation.is_lost():
+            self._join_task = None  # finished while no poll() awaited it: take it up now
+            with self._lock:
+                self.rejoining = False
+                self.rejoin_needed = False
+                self.state = MemberState.STABLE
+                self._enable_heartbeat()
+            generation = self._generation
+            await self._on_join_complete_async(generation.generation_id, generation.member_id,
+                                               generation.protocol, task.value)
+        return await original_join(self, timeout_ms)
+
+    base_class.join_group_async = join_group_async
+    consumer_class.need_rejoin = need_rejoin
+    base_class._minibroker_unpatched = {"join_group_async": original_join}
+    consumer_class._minibroker_unpatched = {"need_rejoin": original_need_rejoin}
 
 
 def pytest_deselected(items):  # pragma: no cover - runs inside the suite's pytest
