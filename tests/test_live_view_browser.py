@@ -188,3 +188,39 @@ def test_page_under_load_keeps_its_window_and_heap_and_survives_a_restart(minibr
     assert result["restart"] is not None and result["page_errors"] == []
     heaps = [s["heap_used_bytes"] for s in samples]
     assert max(heaps) < 3 * heaps[0], heaps  # generous: a leak per append would pass this many times over
+
+
+def test_page_starts_a_new_feed_when_the_browser_gives_the_old_one_up(minibroker_factory, page):
+    """EventSource retries a dropped connection by itself but closes for good on an answer that is not
+    an event stream (a broker stopping or starting can give one). The page then starts a new one: here
+    every feed request is answered 503 while the broker restarts, until the route is lifted."""
+    from kafka import KafkaProducer
+
+    runner = minibroker_factory({"ui.enable": "true", "metrics.port": str(free_port())})
+    tab = page(runner.ui_url)
+    refused = []
+
+    def refuse(route):
+        refused.append(route.request.url)
+        route.fulfill(status=503, body="stopping")
+
+    tab.page.route("**/ui/feed", refuse)
+    runner.restart()  # the open feed drops; every new one is refused
+    tab.page.locator('#status[data-state="reconnecting"]').wait_for(timeout=15_000)
+    # Refused twice: the browser's own retry (the answer closes the EventSource), then the page's new one
+    deadline_ms = 15_000
+    waited = 0
+    while len(refused) < 2 and waited < deadline_ms:
+        tab.page.wait_for_timeout(100)
+        waited += 100
+    assert len(refused) >= 2, f"feed requests after the restart: {refused}"
+    tab.page.unroute("**/ui/feed", refuse)
+    tab.page.locator('#status[data-state="live"]').wait_for(timeout=15_000)
+    p = KafkaProducer(bootstrap_servers=runner.bootstrap_servers, linger_ms=0)
+    try:
+        offset = p.send("ui-new-feed", b"again").get(10).offset
+        tab.page.locator("tr.feed-row" + row_selector(topic="ui-new-feed", first_offset=offset)).wait_for(
+            timeout=5000)
+    finally:
+        p.close(5)
+    assert not [m for m in tab.problems() if m[0] == "pageerror"]
