@@ -104,6 +104,32 @@ def test_a_file_that_cannot_be_read_exits_1_after_the_others(two_logs, tmp_path)
     assert out.returncode == 1 and out.stdout.splitlines()[0] == f"Dumping {a}"
 
 
+def test_a_segment_through_a_fifo_reads_as_the_file_does(two_logs, tmp_path):
+    """A FIFO reports size 0: dump-log reads what its writer brings until the writer is done (not the 0
+    bytes its size says, which printed an empty segment), and --max-bytes still cuts it."""
+    a, _ = two_logs
+    with open(a, "rb") as f:
+        data = f.read()
+    fifo = tmp_path / "fifo" / "00000000000000000000.log"
+    fifo.parent.mkdir()
+    for extra in ([], ["--max-bytes", str(len(data) - 1)]):
+        os.mkfifo(fifo)
+        try:
+            argv = [sys.executable, "-m", "minibroker", "dump-log", "--print-data-log", *extra, str(fifo)]
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            with open(fifo, "wb") as w:  # opens once dump-log has the FIFO open for reading
+                for i in range(0, len(data), 7):  # in pieces, as a pipe may bring them
+                    w.write(data[i:i + 7])
+                    w.flush()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            fifo.unlink()
+        from_file = dump_log("--print-data-log", *extra, a)
+        assert (proc.returncode, err) == (0, "")
+        assert out.replace(str(fifo), a) == from_file.stdout
+        assert ("offset: 1" in out) == (not extra)  # the cut leaves the batch incomplete
+
+
 def test_a_closed_pipe_ends_quietly(tmp_path):
     log = tmp_path / "00000000000000000000.log"
     log.write_bytes(b"".join(

@@ -39,6 +39,7 @@ import argparse
 import base64
 import json
 import os
+import stat
 import struct
 import sys
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from minibroker.tools import coordinator_json as cj
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 DEFAULT_MAX_BYTES = 2**31 - 1  # Kafka's Integer.MAX_VALUE: "no limit"
+READ_CHUNK = 1 << 20  # a pipe's bytes are read in pieces of this size, up to --max-bytes
 RECORD_INDENT = "|"
 
 _OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
@@ -587,7 +589,18 @@ def _read(path: str, limit: int | None = None) -> bytes:
     with open(path, "rb") as f:
         if limit is None:
             return f.read()
-        return f.read(min(os.fstat(f.fileno()).st_size, limit))
+        info = os.fstat(f.fileno())
+        if stat.S_ISREG(info.st_mode):
+            return f.read(min(info.st_size, limit))  # one buffer of the file's size, not of --max-bytes
+        # A pipe or FIFO reports size 0: read what it brings, up to the limit, until its writer is done
+        chunks, taken = [], 0
+        while taken < limit:
+            chunk = f.read(min(READ_CHUNK, limit - taken))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            taken += len(chunk)
+        return b"".join(chunks)
 
 
 def _entries(data: bytes, entry: struct.Struct, base: int, time_index: bool) -> list[tuple[int, int]]:
