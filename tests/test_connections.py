@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from waiting import wait_until
 
 from minibroker.config import ConfigError, load_config
 from minibroker.protocol import codec
@@ -96,16 +97,6 @@ def _on_loop(runner, fn):
     return done.result(10)
 
 
-def _wait_until(predicate, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def thread_broker(minibroker_factory):
     """Brokers in this process whatever ``--minibroker-mode`` says: these tests look at its objects."""
@@ -123,12 +114,12 @@ def test_a_size_prefix_reserves_nothing(thread_broker):
     runner = thread_broker()
     sock = _connect(runner)
     sock.sendall(struct.pack(">i", HUGE))
-    conn = _wait_until(lambda: next((c for c in _connections(runner) if c.pending_bytes == 4), None),
+    conn = wait_until(lambda: next((c for c in _connections(runner) if c.pending_bytes == 4), None),
                        "the size prefix to arrive")
     assert conn.buffer_size <= INITIAL_BUFFER
     # what does arrive makes the buffer grow, to at most twice the bytes received
     sock.sendall(bytes(300_000))
-    _wait_until(lambda: _on_loop(runner, lambda: conn.pending_bytes) == 300_004, "the bytes to arrive")
+    wait_until(lambda: _on_loop(runner, lambda: conn.pending_bytes) == 300_004, "the bytes to arrive")
     assert 300_004 <= _on_loop(runner, lambda: conn.buffer_size) <= 2 * 300_004
     sock.close()
 
@@ -140,14 +131,14 @@ def test_a_silent_connection_keeps_only_what_it_holds(thread_broker):
     quiet = _connect(runner)  # answered, then silent
     quiet.sendall(_api_versions(1))
     assert _answer(quiet) == 1
-    _wait_until(lambda: sorted(c.buffer_size for c in _connections(runner)) == [0, SILENT_BUFFER],
+    wait_until(lambda: sorted(c.buffer_size for c in _connections(runner)) == [0, SILENT_BUFFER],
                 "the stalled connection's buffer to shrink and the quiet one's to go")
     # a shrunk buffer grows again with what arrives, and the request is read whole
     (stalled_conn,) = [c for c in _connections(runner) if c.pending_bytes]
     frame = _api_versions(2, size=50_000)
     late = _connect(runner)
     late.sendall(frame[:4])
-    _wait_until(lambda: [c.buffer_size for c in _connections(runner)
+    wait_until(lambda: [c.buffer_size for c in _connections(runner)
                          if c.pending_bytes and c is not stalled_conn] == [SILENT_BUFFER],
                 "the late connection's buffer to shrink")
     late.sendall(frame[4:])
@@ -178,7 +169,7 @@ def test_many_stalled_connections_hold_small_buffers_and_others_are_served(threa
         sock = _connect(runner)
         sock.sendall(struct.pack(">i", HUGE))
         stalled.append(sock)
-    _wait_until(lambda: sum(c.pending_bytes == 4 for c in _connections(runner)) == 500,
+    wait_until(lambda: sum(c.pending_bytes == 4 for c in _connections(runner)) == 500,
                 "500 size prefixes to arrive")
     held = _on_loop(runner, lambda: sum(c.buffer_size for c in runner.broker.connections))
     assert held <= 500 * INITIAL_BUFFER
@@ -324,9 +315,9 @@ def test_a_client_that_stops_reading_its_responses_is_closed_as_idle(thread_brok
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", runner.port))
     sock.sendall(b"".join(_api_versions(i) for i in range(500)))  # and never read an answer
-    _wait_until(lambda: any(c.reading_paused for c in _connections(runner)),
+    wait_until(lambda: any(c.reading_paused for c in _connections(runner)),
                 "the broker to stop reading a client that does not read")
-    _wait_until(lambda: not _connections(runner), "the stuck connection to be closed")
+    wait_until(lambda: not _connections(runner), "the stuck connection to be closed")
     sock.close()
 
 
@@ -395,12 +386,12 @@ def test_queued_max_request_bytes_stops_reading_new_requests_until_bytes_are_rel
     big = _api_versions(1, size=limit)
     a = _connect(runner)
     a.sendall(big[:200_000])  # its size prefix reserved the whole pool
-    _wait_until(lambda: _on_loop(runner, lambda: pool.used) == limit, "the pool to fill")
+    wait_until(lambda: _on_loop(runner, lambda: pool.used) == limit, "the pool to fill")
 
     medium = _api_versions(2, size=100_000)
     b = _connect(runner)
     b.sendall(medium[:60_000])
-    conn_b = _wait_until(lambda: next((c for c in _connections(runner) if c.reading_paused), None),
+    conn_b = wait_until(lambda: next((c for c in _connections(runner) if c.reading_paused), None),
                          "the second connection to stop being read")
     held = _on_loop(runner, lambda: (conn_b.pending_bytes, conn_b.buffer_size))
     assert held[0] < 60_000 and held[1] <= INITIAL_BUFFER  # not read on, not grown
@@ -413,7 +404,7 @@ def test_queued_max_request_bytes_stops_reading_new_requests_until_bytes_are_rel
     assert _answer(a) == 1
     b.sendall(medium[60_000:])
     assert _answer(b) == 2
-    _wait_until(lambda: _on_loop(runner, lambda: pool.used) == 0, "the pool to empty")
+    wait_until(lambda: _on_loop(runner, lambda: pool.used) == 0, "the pool to empty")
     for sock in (a, b, c):
         sock.close()
 

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from waiting import wait_until
 
 from minibroker.testing import BrokerRunner
 from minibroker.tools.wire import WireClient
@@ -17,15 +18,6 @@ pytestmark = [pytest.mark.filterwarnings("ignore::ResourceWarning"),
               pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")]
 
 SESSION_MS = 6000
-
-
-def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if predicate():
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture
@@ -89,11 +81,14 @@ def test_kafka_python_three_members_rebalance_and_resume_after_restart(broker):
     members = [PythonMember(broker, "g3", "orders") for _ in range(3)]
     for m in members:
         m.start()
-    wait_until(lambda: sorted(len(m.assigned) for m in members) == [2, 2, 2], what="2/2/2")
+    wait_until(lambda: sorted(len(m.assigned) for m in members) == [2, 2, 2], what="2/2/2",
+               seen=lambda: [m.assigned for m in members])
     assert set().union(*(m.assigned for m in members)) == set(range(6))
     members[0].stop()  # close: LeaveGroup, the others take over within a rebalance
-    took = wait_until(lambda: sorted(len(m.assigned) for m in members[1:]) == [3, 3], what="3/3")
-    assert took < SESSION_MS / 1000
+    t0 = time.monotonic()
+    wait_until(lambda: sorted(len(m.assigned) for m in members[1:]) == [3, 3], what="3/3",
+               seen=lambda: [m.assigned for m in members[1:]])
+    assert time.monotonic() - t0 < SESSION_MS / 1000
     sent |= produce_per_partition(broker, "orders", 6, 5, "b")
     wait_until(lambda: set().union(*(m.values for m in members)) >= sent, what="every record")
     for m in members[1:]:
@@ -196,8 +191,10 @@ def test_confluent_kafka_group(broker):
     members = [ConfluentMember(broker, "gc", "cf") for _ in range(2)]
     for m in members:
         m.start()
-    wait_until(lambda: sorted(len(m.assigned) for m in members) == [2, 2], what="2/2")
-    wait_until(lambda: set(members[0].values + members[1].values) >= sent, what="every record")
+    wait_until(lambda: sorted(len(m.assigned) for m in members) == [2, 2], what="2/2",
+               seen=lambda: [m.assigned for m in members])
+    wait_until(lambda: set(members[0].values + members[1].values) >= sent, what="every record",
+               seen=lambda: sent - set(members[0].values + members[1].values))
     members[1].stop()
     wait_until(lambda: len(members[0].assigned) == 4, what="the survivor owns all partitions")
     members[0].stop()
@@ -237,7 +234,9 @@ def test_mixed_group(broker):
         t.start()
     try:
         wait_until(lambda: sorted(map(len, (py.assigned, cf.assigned, aio_state["assigned"]))) == [2, 2, 2],
-                   timeout=40, what="2/2/2 across three client libraries")
+                   timeout=40, what="2/2/2 across three client libraries",
+                   seen=lambda: {"kafka-python": py.assigned, "confluent-kafka": cf.assigned,
+                                 "aiokafka": aio_state["assigned"]})
         wait_until(lambda: set(py.values + cf.values + aio_state["values"]) >= sent, what="every record")
         from kafka import KafkaAdminClient
 
@@ -281,7 +280,8 @@ def test_static_members_survive_broker_restart_and_member_restart(broker):
     members = [PythonMember(broker, "gs", "st", group_instance_id=f"inst-{i}") for i in range(2)]
     for m in members:
         m.start()
-    wait_until(lambda: sorted(len(m.assigned) for m in members) == [2, 2], what="2/2")
+    wait_until(lambda: sorted(len(m.assigned) for m in members) == [2, 2], what="2/2",
+               seen=lambda: [m.assigned for m in members])
     group = broker.broker.groups.groups["gs"]
     generation = group.generation_id
     before = [set(m.assigned) for m in members]

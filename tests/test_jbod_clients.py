@@ -23,6 +23,7 @@ from minibroker.storage.log_dir_move import (
 kafka = pytest.importorskip("kafka")
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition, TopicPartitionReplica  # noqa: E402
 from kafka.admin import KafkaAdminClient  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 from minibroker.tools.wire import WireClient  # noqa: E402
 
@@ -86,13 +87,6 @@ def _partition_dirs(d):
     return sorted(n for n in os.listdir(d) if os.path.isdir(os.path.join(d, n)))
 
 
-def _wait(condition, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
 def test_a_partition_moves_while_a_producer_writes(minibroker_factory, tmp_path, topic_name):
     # The copy is paced so that the move is seen in progress (a few hundred ms).
     runner, dirs = _broker(minibroker_factory, tmp_path,
@@ -125,14 +119,15 @@ def test_a_partition_moves_while_a_producer_writes(minibroker_factory, tmp_path,
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        _wait(lambda: len(acked) > 20, "the producer does not write")
+        wait_until(lambda: len(acked) > 20, "the producer's first acks", seen=lambda: len(acked))
         _move(runner, topic_name, 0, destination)
         during_move = _placement(runner)
         assert during_move.get((topic_name, 0, True)) == destination  # the future replica
         assert during_move[(topic_name, 0, False)] == source
-        _wait(lambda: (topic_name, 0, True) not in _placement(runner), "the move does not finish")
+        wait_until(lambda: (topic_name, 0, True) not in _placement(runner), "the move to finish",
+                   seen=lambda: _placement(runner))
         written_at_swap = len(acked)
-        _wait(lambda: len(acked) > written_at_swap + 20, "the producer does not write after the move")
+        wait_until(lambda: len(acked) > written_at_swap + 20, "acks after the move", seen=lambda: len(acked))
     finally:
         stop.set()
         writer.join(60)
@@ -140,8 +135,8 @@ def test_a_partition_moves_while_a_producer_writes(minibroker_factory, tmp_path,
     assert not errors, errors
     assert _placement(runner)[(topic_name, 0, False)] == destination
     assert f"{topic_name}-0" in _partition_dirs(destination)
-    _wait(lambda: not [n for n in _partition_dirs(source) if n.startswith(f"{topic_name}-0")],
-          "the old dir is not removed")
+    wait_until(lambda: not [n for n in _partition_dirs(source) if n.startswith(f"{topic_name}-0")],
+               "the old dir's removal", seen=lambda: _partition_dirs(source))
     rows = _read_all(runner, topic_name)
     offsets = [o for o, _ in rows]
     assert offsets == list(range(len(rows)))  # once each, in order
@@ -191,9 +186,11 @@ def test_a_kill_at_each_move_step_loses_nothing(minibroker_factory, tmp_path, to
     monkeypatch.delenv(MOVE_CRASH_AT_ENV)
     runner.start()
     # without being asked again: a move that had not committed is resumed
-    _wait(lambda: _placement(runner).get((topic_name, 0, False)) == destination
-          and (topic_name, 0, True) not in _placement(runner), "the move is not resumed")
-    _wait(lambda: _partition_dirs(source) == [], f"{source} still holds {_partition_dirs(source)}")
+    wait_until(lambda: _placement(runner).get((topic_name, 0, False)) == destination
+               and (topic_name, 0, True) not in _placement(runner), "the move to resume and finish",
+               seen=lambda: _placement(runner))
+    wait_until(lambda: _partition_dirs(source) == [], f"{source} to be emptied",
+               seen=lambda: _partition_dirs(source))
     assert _partition_dirs(destination) == [f"{topic_name}-0"]
     assert not os.path.exists(os.path.join(destination, f"{topic_name}-0", MOVED_FROM_FILE))
     rows = _read_all(runner, topic_name)

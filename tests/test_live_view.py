@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
 
 import pytest
+from waiting import wait_until
 
 from minibroker.tools.live_view import (
     CODEC_NAMES,
@@ -44,17 +44,6 @@ def overview(runner) -> dict:
     status, body = get(runner.ui_url + "/api/overview")
     assert status == 200, body
     return json.loads(body)
-
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class FeedReader:
@@ -273,7 +262,7 @@ def test_overview_shows_partitions_groups_transactions_clients(ui_broker):
     consumer = KafkaConsumer("lv-orders", bootstrap_servers=ui_broker.bootstrap_servers, group_id="lv-group",
                              auto_offset_reset="earliest", enable_auto_commit=False)
     try:
-        wait_for(lambda: consumer.poll(200), what="records")
+        wait_until(lambda: consumer.poll(200), what="records")
         tp = TopicPartition("lv-orders", 0)
         consumer.commit({tp: OffsetAndMetadata(2, "", -1)})
         (group,) = [g for g in overview(ui_broker)["groups"] if g["group_id"] == "lv-group"]
@@ -314,7 +303,7 @@ def test_consumer_group_members_with_epochs_and_target_assignment(minibroker_fac
                             "group.protocol": "consumer", "auto.offset.reset": "earliest"})
     try:
         consumer.subscribe(["lv-848"])
-        wait_for(lambda: consumer.poll(0.05) is None and len(consumer.assignment()) == 2,
+        wait_until(lambda: consumer.poll(0.05) is None and len(consumer.assignment()) == 2,
                  what="an assignment")
         (group,) = [g for g in overview(runner)["groups"] if g["group_id"] == "lv-848-group"]
         assert (group["type"], group["state"]) == ("consumer", "Stable")
@@ -371,8 +360,8 @@ def test_timeline_has_heartbeats_with_epochs_at_log_level_warning(minibroker_fac
             return [e for e in groups().get(group_id, {}).get("timeline", [])
                     if e["kind"] == "heartbeat" and e["error"] == "NONE"]
 
-        wait_for(lambda: len(beating("lv-hb-classic")) >= 2, timeout=20, what="classic heartbeats")
-        wait_for(lambda: len(modern.assignment()) == 2 and len(beating("lv-hb-848")) >= 3, timeout=20,
+        wait_until(lambda: len(beating("lv-hb-classic")) >= 2, timeout=20, what="classic heartbeats")
+        wait_until(lambda: len(modern.assignment()) == 2 and len(beating("lv-hb-848")) >= 3, timeout=20,
                  what="KIP-848 heartbeats")
         group = groups()["lv-hb-classic"]
         beats = beating("lv-hb-classic")
@@ -440,7 +429,7 @@ def test_feed_filters_by_topic_and_forgets_closed_pages(ui_broker):
         feed.close()
         p.close(5)
     # the server notices the closed socket and removes the subscriber: appends cost nothing again
-    wait_for(lambda: ui_broker.broker.append_feed is None, what="the subscriber to be dropped")
+    wait_until(lambda: ui_broker.broker.append_feed is None, what="the subscriber to be dropped")
 
 
 def test_feed_shows_a_transaction_and_its_commit_marker(ui_broker):

@@ -22,6 +22,7 @@ import subprocess
 import time
 
 import pytest
+from waiting import wait_until
 
 from minibroker.cli import main as cli_main
 from minibroker.config import ConfigError, load_config
@@ -112,16 +113,6 @@ def _connections(runner, listener: str) -> list:
 
 def _principals(runner, listener: str) -> set[KafkaPrincipal]:
     return {c.principal for c in _connections(runner, listener)}
-
-
-def _wait_for(condition, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _wire(runner, listener: str = "SASL_PLAINTEXT") -> WireClient:
@@ -381,11 +372,11 @@ def test_a_failed_login_is_answered_before_the_connection_closes(broker):
             if client_closes:
                 port = client.sock.getsockname()[1]
                 client.sock.close()
-                _wait_for(lambda port=port: all(c.peer[1] != port
+                wait_until(lambda port=port: all(c.peer[1] != port
                                                 for c in _connections(broker, "SASL_PLAINTEXT")),
                           what="the broker to drop the connection the client closed")
             else:
-                _wait_for(lambda: _peer_closed(client.sock), what="the broker to close after lingering")
+                wait_until(lambda: _peer_closed(client.sock), what="the broker to close after lingering")
                 assert time.monotonic() - before < 10 * FAILED_AUTH_LINGER_S
 
 
@@ -456,7 +447,7 @@ def test_wrong_password_confluent(broker):
     conf = _confluent_settings(_address(broker), "SCRAM-SHA-256", password="wrong", error_cb=errors.append)
     producer = confluent_kafka.Producer(conf)
     authentication = confluent_kafka.KafkaError._AUTHENTICATION
-    _wait_for(lambda: producer.poll(0.1) is not None and any(e.code() == authentication for e in errors),
+    wait_until(lambda: producer.poll(0.1) is not None and any(e.code() == authentication for e in errors),
               what="an _AUTHENTICATION error")
     assert any("invalid credentials with SASL mechanism SCRAM-SHA-256" in e.str() for e in errors)
 

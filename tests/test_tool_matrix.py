@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from minibroker.testing import BrokerRunner
 
@@ -238,14 +239,6 @@ def interrupt(proc: subprocess.Popen, tool: str, bound: float) -> None:
     assert len(lines) == 1 and lines[0].startswith(said), lines
 
 
-def wait_for(ready, what: str, deadline_s: float = 30) -> None:
-    deadline = time.monotonic() + deadline_s
-    while not ready():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not ready after {deadline_s} s: {what}")
-        time.sleep(0.02)
-
-
 def segment_dir(broker: BrokerRunner) -> Path:
     return Path(broker.data_dir) / f"{TOPIC}-0"
 
@@ -317,7 +310,7 @@ def sigint(tool: str, plain: BrokerRunner, silent: socket.socket, tmp_path: Path
                     return proc.poll() is not None
                 return True
 
-            wait_for(opened, "dump-log opening the FIFO")
+            wait_until(opened, "dump-log opening the FIFO")
             try:
                 interrupt(proc, tool, bound)
             finally:
