@@ -156,3 +156,43 @@ def test_describe_configs_reports_kafka_4_keys_with_kafka_s_defaults(minibroker)
     # read-only as Kafka has them (group.coordinator.background.threads), or cluster-wide dynamic
     assert entries["group.coordinator.background.threads"].is_read_only
     assert not entries["group.consumer.assignment.interval.ms"].is_read_only
+
+
+def _describe(bootstrap: str, resource_type, name: str) -> dict:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(resource_type, name)
+    return admin.describe_configs([resource])[resource].result(timeout=30)
+
+
+def test_describe_configs_lists_no_key_kafka_4_removed(minibroker):
+    """Issue 31: Kafka 4.x does not define the removed keys, so its DescribeConfigs never answers them:
+    neither on the broker, nor as a topic key, nor as a topic key's synonym."""
+    from confluent_kafka.admin import ConfigResource
+
+    from minibroker.config.keys import REMOVED_TOPIC_KEYS
+
+    node = str(minibroker.broker.node_id)
+    broker = _describe(minibroker.bootstrap_servers, ConfigResource.Type.BROKER, node)
+    assert "log.retention.ms" in broker
+    assert sorted(set(broker) & set(REMOVED_BROKER_KEYS)) == []
+    minibroker.create_topic("described-as-kafka-4", partitions=1)
+    topic = _describe(minibroker.bootstrap_servers, ConfigResource.Type.TOPIC, "described-as-kafka-4")
+    assert "message.timestamp.after.max.ms" in topic
+    assert sorted(set(topic) & set(REMOVED_TOPIC_KEYS)) == []
+    synonyms = {syn for entry in topic.values() for syn in entry.synonyms}
+    assert "log.message.timestamp.after.max.ms" in synonyms
+    assert sorted(synonyms & set(REMOVED_BROKER_KEYS)) == []
+
+
+def test_a_removed_key_a_broker_was_given_is_described(minibroker_factory):
+    """Kafka lists every key its broker was given, defined or not; so does minibroker, which still
+    applies log.message.format.version (for teaching)."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    broker = minibroker_factory({"log.message.format.version": "2.8"})
+    entries = _describe(broker.bootstrap_servers, ConfigResource.Type.BROKER, str(broker.broker.node_id))
+    given = entries["log.message.format.version"]
+    assert (given.value, given.source) == ("2.8", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert "log.message.downconversion.enable" not in entries

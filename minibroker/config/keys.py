@@ -39,6 +39,7 @@ __all__ = [
     "KEY_ALIASES",
     "LISTENER_PREFIX",
     "REMOVED_BROKER_KEYS",
+    "REMOVED_TOPIC_KEYS",
     "TOPIC_CONFIG_SYNONYMS",
     "TOPIC_CONFIGS",
     "ConfigEntry",
@@ -958,6 +959,13 @@ REMOVED_BROKER_KEYS: dict[str, tuple[str, str]] = {
 }
 for _name, (_release, _why) in REMOVED_BROKER_KEYS.items():
     BROKER_CONFIGS[_name].removed_in = _release
+
+# Topic keys Kafka 4.0 dropped with their broker synonyms: Kafka 4's DescribeConfigs lists them only when
+# a topic sets them (minibroker still honours message.format.version, for teaching)
+REMOVED_TOPIC_KEYS: dict[str, str] = {
+    topic_key: REMOVED_BROKER_KEYS[syns[0][0]][0] for topic_key, syns in TOPIC_CONFIG_SYNONYMS.items()
+    if syns and all(broker_key in REMOVED_BROKER_KEYS for broker_key, _ in syns)
+}
 
 
 

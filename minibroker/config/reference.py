@@ -133,6 +133,7 @@ def config_reference_markdown() -> str:
         "from 4.3.0, the release that dropped them not pinned down)",
         "are no longer in Kafka 4's definition (a Kafka 4 broker logs them as unused and starts); minibroker",
         "accepts them as 3.9 did, so an existing file keeps working, and logs a warning naming the removal.",
+        "DescribeConfigs lists such a key only when it was given, as Kafka 4 lists any key it was given.",
         "",
         "| Key | Type | Default | Valid values | Dynamic | No effect | Topic key | Description |",
         "|---|---|---|---|---|---|---|---|",
