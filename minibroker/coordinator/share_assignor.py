@@ -109,6 +109,29 @@ def _offer_to_short_members(by_partition: JavaHashMap, by_member: JavaHashMap, s
             break
 
 
+def _shed_over_shared(by_partition: JavaHashMap, by_member: JavaHashMap, sharing: int, out: _Targets,
+                      topic_partition, short: JavaHashMap | None) -> None:
+    """Kafka's ``revokeOversharedPartitions``: a partition held by more members than its sharing drops
+    the holders its set yields first. ``topic_partition(key)`` is the (topic, partition) of a key of
+    ``by_partition``; ``short`` (homogeneous builder only) takes each member that lost one."""
+    for key, holders in by_partition.items():
+        count = len(holders)
+        if count <= sharing:
+            continue
+        t, p = topic_partition(key)
+        for m in holders.keys():
+            partitions = out.of(m).get(t)
+            if partitions is not None and p in partitions:
+                partitions.discard(p)
+                count -= 1
+                holders.remove(m)
+                by_member[m].remove(key)
+                if short is not None:
+                    short.add(m)
+            if count <= sharing:
+                break
+
+
 def _homogeneous(members: list[str], topics: set[bytes], counts: dict[bytes, int],
                  current: list[Assignment]) -> list[Assignment]:
     targets = [(t, p) for t in java_hash_set(uuid_hash, sorted(topics)) for p in range(counts[t])]
@@ -143,20 +166,7 @@ def _homogeneous(members: list[str], topics: set[bytes], counts: dict[bytes, int
             by_partition[(t, p)].remove(m)
             mine.remove((t, p))
 
-    for (t, p), holders in by_partition.items():  # an over-shared partition sheds its first holders
-        count = len(holders)
-        if count <= sharing:
-            continue
-        for m in holders.keys():
-            partitions = out.of(m).get(t)
-            if partitions is not None and p in partitions:
-                partitions.discard(p)
-                count -= 1
-                holders.remove(m)
-                by_member[m].remove((t, p))
-                short.add(m)
-            if count <= sharing:
-                break
+    _shed_over_shared(by_partition, by_member, sharing, out, lambda key: key, short)
 
     for key in targets:
         by_partition.setdefault(key, lambda: java_hash_set(integer_hash))
@@ -192,19 +202,7 @@ def _heterogeneous(members: list[str], subscribed: list[set[bytes]], counts: dic
                 mine.remove(p)
                 out.of(m)[t].discard(p)
 
-        for p, holders in by_partition.items():  # an over-shared partition sheds its first holders
-            count = len(holders)
-            if count <= sharing:
-                continue
-            for m in holders.keys():
-                partitions = out.of(m).get(t)
-                if partitions is not None and p in partitions:
-                    partitions.discard(p)
-                    count -= 1
-                    holders.remove(m)
-                    by_member[m].remove(p)
-                if count <= sharing:
-                    break
+        _shed_over_shared(by_partition, by_member, sharing, out, lambda p, t=t: (t, p), None)
 
         for p in range(counts[t]):
             if p not in by_partition:
