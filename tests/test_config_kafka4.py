@@ -110,6 +110,8 @@ NOT_IN_THE_DATA_FILES = {
     "allow.everyone.if.no.acl.found": "authorizer", "super.users": "authorizer",
     # QuotaConfig.brokerQuotaConfigs(): dynamic only, outside CONFIG_DEF
     "replica.alter.log.dirs.io.max.bytes.per.second": "dynamic quota",
+    "leader.replication.throttled.rate": "dynamic quota",
+    "follower.replication.throttled.rate": "dynamic quota",
     # an internal key of Kafka 4.1's ShareGroupConfig (gone by 4.3.0) that minibroker's ShareFetch applies
     "share.fetch.max.fetch.records": "share 4.1",
 }
@@ -196,3 +198,4 @@ def test_a_removed_key_a_broker_was_given_is_described(minibroker_factory):
     given = entries["log.message.format.version"]
     assert (given.value, given.source) == ("2.8", ConfigSource.STATIC_BROKER_CONFIG.value)
     assert "log.message.downconversion.enable" not in entries
+

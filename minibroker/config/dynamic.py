@@ -29,7 +29,8 @@ _LISTENER_FORM_APPLIED = frozenset({"max.connection.creation.rate"})
 # security keys and DynamicListenerConfig's, but for the cluster-wide max.connections,
 # max.connection.creation.rate and num.network.threads); a listener-prefixed key is per broker too.
 PER_BROKER_DYNAMIC = LISTENER_ONLY_DYNAMIC | frozenset({
-    "listeners", "advertised.listeners", "listener.security.protocol.map", "principal.builder.class",
+    "cordoned.log.dirs", "listeners", "advertised.listeners", "listener.security.protocol.map",
+    "principal.builder.class",
     "ssl.protocol", "ssl.provider", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.keymanager.algorithm",
     "ssl.trustmanager.algorithm", "ssl.endpoint.identification.algorithm", "ssl.secure.random.implementation",
     "ssl.client.auth", "ssl.engine.factory.class", "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config",
