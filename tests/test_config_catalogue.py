@@ -250,3 +250,23 @@ def test_the_throttle_rates_a_reassignment_sets_are_accepted_as_kafka_accepts_th
     assert entries["leader.replication.throttled.rate"].value == "10485760"
     assert entries["follower.replication.throttled.rate"].value == "10485760"
     assert entries["cordoned.log.dirs"].value == "*"
+
+
+def test_a_key_kafka_4_removed_cannot_be_set_dynamically(minibroker):
+    """Kafka 4 does not know log.message.timestamp.difference.max.ms (KIP-937): setting it is an unknown
+    config, as for any name Kafka does not define; deleting a value an older broker stored still works."""
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": minibroker.bootstrap_servers})
+    node = str(minibroker.broker.node_id)
+
+    def alter(op: AlterConfigOpType, value: str | None):
+        change = ConfigResource(ConfigResource.Type.BROKER, node, incremental_configs=[
+            ConfigEntry("log.message.timestamp.difference.max.ms", value, incremental_operation=op)])
+        return admin.incremental_alter_configs([change])[change].result(timeout=30)
+
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        alter(AlterConfigOpType.SET, "1000")
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+    alter(AlterConfigOpType.DELETE, None)

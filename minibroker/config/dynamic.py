@@ -59,7 +59,8 @@ def check_dynamic(key: str, value: str | None, *, cluster_default: bool = False)
     order: a known key, a dynamic one, the listener form for key and trust stores, a valid value,
     per broker for listener keys. Raises KafkaError."""
     spec = dynamic_spec(key)
-    if spec is None:
+    # a key Kafka 4 removed is unknown to it; removing a value an older broker stored stays possible
+    if spec is None or (spec.removed_in is not None and value is not None):
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {key}")
     if not spec.dynamic:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {key}")
