@@ -199,3 +199,12 @@ def test_a_removed_key_a_broker_was_given_is_described(minibroker_factory):
     assert (given.value, given.source) == ("2.8", ConfigSource.STATIC_BROKER_CONFIG.value)
     assert "log.message.downconversion.enable" not in entries
 
+
+
+def test_share_group_delivery_limits_take_kafka_s_ranges():
+    # ShareGroupConfig (4.1+): group.share.max.delivery.count.limit in [5, 25], the group default in [2, 10]
+    assert BROKER_CONFIGS["group.share.max.delivery.count.limit"].parse("25") == 25
+    for name, value in (("group.share.max.delivery.count.limit", "26"),
+                        ("group.share.delivery.count.limit", "11")):
+        with pytest.raises(ValueError):
+            BROKER_CONFIGS[name].parse(value)

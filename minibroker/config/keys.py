@@ -402,7 +402,7 @@ _BROKER_KEYS = [
     _k("group.share.min.delivery.count.limit", _INT, 2,
        "Smallest share.delivery.count.limit a group config may set.", validator=Between(2, 5)),
     _k("group.share.max.delivery.count.limit", _INT, 10,
-       "Largest share.delivery.count.limit a group config may set.", validator=Between(5, 10)),
+       "Largest share.delivery.count.limit a group config may set.", validator=Between(5, 25)),
     _k("group.share.max.size", _INT, 200, "Most members in one share group; one more gets "
        "GROUP_MAX_SIZE_REACHED.", validator=Between(1, 1000)),
     _k("group.share.assignors", _LIST, ["simple"],
