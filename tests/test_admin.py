@@ -912,7 +912,7 @@ def test_every_kafka_broker_config_name_is_known(minibroker_factory):
     finally:
         python_admin.close()
     assert broker.broker.config["ssl.cipher.suites"] == ["TLS_AES_128_GCM_SHA256"]
-    for name, value, code in (("zookeeper.session.timeout.ms", "30000", "INVALID_REQUEST"),  # read-only
+    for name, value, code in (("zookeeper.session.timeout.ms", "30000", "INVALID_CONFIG"),  # Kafka 4: unknown
                               ("group.share.delivery.count.limit", "11", "INVALID_REQUEST"),  # read-only
                               ("log.cleaner.io.buffer.size", "-1", "INVALID_CONFIG"),  # [0,...]
                               ("no.such.broker.key", "1", "INVALID_CONFIG")):

@@ -228,3 +228,45 @@ def test_mutation_quota_token_bucket_as_kafka(monkeypatch):
     assert unlimited.throttle_ms == 0
     response = NS(throttle_time_ms=0)
     assert strict.finish(header, response).throttle_time_ms == 0  # 1000 ms measured 1.1 s ago
+
+
+def test_the_throttle_rates_a_reassignment_sets_are_accepted_as_kafka_accepts_them(minibroker):
+    """kafka-reassign-partitions --throttle sets QuotaConfig's dynamic broker keys on each broker (or as
+    the cluster default); Kafka 4.3's cordoned.log.dirs is per broker only."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": minibroker.bootstrap_servers})
+    node = str(minibroker.broker.node_id)
+    for key in ("leader.replication.throttled.rate", "cordoned.log.dirs"):
+        change = ConfigResource(ConfigResource.Type.BROKER, node, incremental_configs=[
+            ConfigEntry(key, "10485760" if key.endswith("rate") else "*",
+                        incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([change])[change].result(timeout=30)
+    assert _incremental_set(minibroker, "", "follower.replication.throttled.rate", "10485760") == (0, None)
+    code, message = _incremental_set(minibroker, "", "cordoned.log.dirs", "*")
+    assert code == INVALID_REQUEST and "broker id must be specified" in message
+    resource = ConfigResource(ConfigResource.Type.BROKER, node)
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert entries["leader.replication.throttled.rate"].value == "10485760"
+    assert entries["follower.replication.throttled.rate"].value == "10485760"
+    assert entries["cordoned.log.dirs"].value == "*"
+
+
+def test_a_key_kafka_4_removed_cannot_be_set_dynamically(minibroker):
+    """Kafka 4 does not know log.message.timestamp.difference.max.ms (KIP-937): setting it is an unknown
+    config, as for any name Kafka does not define; deleting a value an older broker stored still works."""
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": minibroker.bootstrap_servers})
+    node = str(minibroker.broker.node_id)
+
+    def alter(op: AlterConfigOpType, value: str | None):
+        change = ConfigResource(ConfigResource.Type.BROKER, node, incremental_configs=[
+            ConfigEntry("log.message.timestamp.difference.max.ms", value, incremental_operation=op)])
+        return admin.incremental_alter_configs([change])[change].result(timeout=30)
+
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        alter(AlterConfigOpType.SET, "1000")
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+    alter(AlterConfigOpType.DELETE, None)

@@ -13,6 +13,7 @@ from minibroker.coordinator.group_records import (
     OffsetCommitKey,
     OffsetCommitValue,
     RecordError,
+    decode_epoch_value,
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
@@ -140,3 +141,107 @@ def test_group_metadata_older_versions_round_trip(version):
     assert m.group_instance_id == ("i" if version >= 3 else None)
     assert m.rebalance_timeout == (30000 if version >= 1 else 10000)  # v0: the session timeout
     assert (m.subscription, m.assignment) == (b"\x00\x01sub", b"\x00\x02as")
+
+
+# -- the KIP-848 and KIP-932 records, as Kafka 4.3's group-coordinator schemas lay them out -------------
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def _cstr(s: str) -> bytes:
+    """A compact (flexible) string, written independently of the module under test."""
+    return _uvarint(len(s.encode()) + 1) + s.encode()
+
+
+def _carr(n: int) -> bytes:
+    return _uvarint(n + 1)
+
+
+NO_TAGS = b"\x00"
+T1, T2, T3 = bytes(range(16)), bytes(range(16, 32)), bytes(range(32, 48))
+
+
+def _tagged(tag: int, data: bytes) -> bytes:
+    return _uvarint(1) + _uvarint(tag) + _uvarint(len(data)) + data
+
+
+def test_share_group_records_laid_out_by_kafka_4_3_schemas():
+    from minibroker.coordinator import group_records as gr
+    from minibroker.storage.checkpoints import uuid_to_str
+    from minibroker.tools import coordinator_json as cj
+
+    # keys: int16 record type, then GroupId (and MemberId) as non-flexible strings
+    assert decode_key(struct.pack(">h", 15) + s16("g")) == gr.ShareGroupKey(15, "g")
+    assert decode_key(struct.pack(">h", 14) + s16("g") + s16("m")) == gr.ShareGroupKey(14, "g", "m")
+    assert cj.key_json(15, struct.pack(">h", 15) + s16("g")) == {"groupId": "g"}
+
+    # 15 ShareGroupStatePartitionMetadataValue v0: InitializingTopics, InitializedTopics, DeletingTopics
+    value15 = (struct.pack(">h", 0)
+               + _carr(1) + T1 + _cstr("orders") + _carr(2) + struct.pack(">ii", 0, 1) + NO_TAGS
+               + _carr(1) + T2 + _cstr("audit") + _carr(1) + struct.pack(">i", 3) + NO_TAGS
+               + _carr(1) + T3 + _cstr("gone") + NO_TAGS
+               + NO_TAGS)
+    v15 = gr.decode_share_state_partition_metadata_value(value15)
+    assert v15 == gr.ShareStatePartitionMetadataValue({T1: ("orders", {0, 1})}, {T2: ("audit", {3})},
+                                                      {T3: "gone"})
+    assert gr.encode_share_state_partition_metadata_value(v15) == value15
+    assert cj.value_json(15, value15) == {
+        "initializingTopics": [{"topicId": uuid_to_str(T1), "topicName": "orders", "partitions": [0, 1]}],
+        "initializedTopics": [{"topicId": uuid_to_str(T2), "topicName": "audit", "partitions": [3]}],
+        "deletingTopics": [{"topicId": uuid_to_str(T3), "topicName": "gone"}]}
+
+    # 10 ShareGroupMemberMetadataValue: RackId (nullable), ClientId, ClientHost, SubscribedTopicNames
+    value10 = struct.pack(">h", 0) + b"\x00" + _cstr("c") + _cstr("/h") + _carr(1) + _cstr("orders") + NO_TAGS
+    assert gr.decode_share_member_metadata_value(value10) == gr.ShareMemberMetadataValue(None, "c", "/h",
+                                                                                         ["orders"])
+    assert gr.encode_share_member_metadata_value(gr.decode_share_member_metadata_value(value10)) == value10
+
+    # 11 ShareGroupMetadataValue: Epoch int32 and MetadataHash int64, both plain fields
+    value11 = struct.pack(">hiq", 0, 5, -42) + NO_TAGS
+    assert gr.decode_share_group_metadata_value(value11) == gr.ShareGroupMetadataValue(5, -42)
+    assert gr.encode_share_group_metadata_value(gr.ShareGroupMetadataValue(5, -42)) == value11
+
+    # 12 ShareGroupTargetAssignmentMetadataValue: AssignmentEpoch, then KIP-1263's tagged
+    # AssignmentTimestamp (tag 0), which Kafka writes only when it is not 0
+    value12 = struct.pack(">hi", 0, 7) + _tagged(0, struct.pack(">q", 1_700_000_000_000))
+    assert gr.decode_epoch_value(value12) == 7
+    assert cj.value_json(12, value12) == {"assignmentEpoch": 7, "assignmentTimestamp": 1_700_000_000_000}
+    assert cj.value_json(12, struct.pack(">hi", 0, 7) + NO_TAGS) == {"assignmentEpoch": 7}
+
+    # 13 ShareGroupTargetAssignmentMemberValue and 14 ShareGroupCurrentMemberAssignmentValue
+    partitions = _carr(1) + T1 + _carr(2) + struct.pack(">ii", 0, 2) + NO_TAGS
+    value13 = struct.pack(">h", 0) + partitions + NO_TAGS
+    assert gr.decode_target_assignment_value(value13) == {T1: {0, 2}}
+    value14 = struct.pack(">hiib", 0, 4, 3, 0) + partitions + NO_TAGS
+    v14 = gr.decode_share_current_assignment_value(value14)
+    assert v14 == gr.ShareCurrentAssignmentValue(4, 3, 0, {T1: {0, 2}})
+    assert gr.encode_share_current_assignment_value(v14) == value14
+
+
+def test_records_9_16_and_the_tagged_fields_of_3_and_6_print_as_kafka_4_3_lays_them_out():
+    from minibroker.storage.checkpoints import uuid_to_str
+    from minibroker.tools import coordinator_json as cj
+
+    # 9 ShareGroupPartitionMetadataValue (Kafka 4.0): Topics[TopicId, TopicName, NumPartitions,
+    # PartitionMetadata[Partition, Racks[]]]
+    value9 = (struct.pack(">h", 0) + _carr(1) + T1 + _cstr("orders") + struct.pack(">i", 2)
+              + _carr(1) + struct.pack(">i", 0) + _carr(1) + _cstr("r1") + NO_TAGS + NO_TAGS + NO_TAGS)
+    assert cj.value_json(9, value9) == {"topics": [{
+        "topicId": uuid_to_str(T1), "topicName": "orders", "numPartitions": 2,
+        "partitionMetadata": [{"partition": 0, "racks": ["r1"]}]}]}
+    # 16 ConsumerGroupRegularExpression: key GroupId, RegularExpression; value Topics, Version, Timestamp
+    key16 = struct.pack(">h", 16) + s16("g") + s16("^orders.*")
+    assert cj.key_json(16, key16) == {"groupId": "g", "regularExpression": "^orders.*"}
+    value16 = struct.pack(">h", 0) + _carr(1) + _cstr("orders-1") + struct.pack(">qq", 12, 99) + NO_TAGS
+    assert cj.value_json(16, value16) == {"topics": ["orders-1"], "version": 12, "timestamp": 99}
+    # 3 ConsumerGroupMetadataValue: Epoch, then KIP-1101's tagged MetadataHash (tag 0); 6 as 12 above
+    value3 = struct.pack(">hi", 0, 2) + _tagged(0, struct.pack(">q", 77))
+    assert cj.value_json(3, value3) == {"epoch": 2, "metadataHash": 77}
+    assert decode_epoch_value(value3) == 2
+    value6 = struct.pack(">hi", 0, 2) + _tagged(0, struct.pack(">q", 5))
+    assert cj.value_json(6, value6) == {"assignmentEpoch": 2, "assignmentTimestamp": 5}

@@ -56,3 +56,43 @@ def test_balance_and_coverage_from_any_current_assignment(members, partitions, d
     assert all(p < partitions for m in ids for p in r[m].get(T, ()))
     counts = _counts(r).values()
     assert max(counts) - min(counts) <= 1 and min(counts) >= 1
+
+
+ZERO_TOPIC = bytes(16)  # Uuid 0: Objects.hash(topicId, p) = 961 + p, so Java yields its partitions in order
+
+
+def test_java_hash_order_follows_java_s_hashes_and_buckets():
+    from minibroker.coordinator.java_hash_order import JavaHashMap, integer_hash, java_hash_set, string_hash
+
+    assert string_hash("hello") == 99162322
+    assert string_hash("polygenelubricants") == -(2**31)  # Java's well-known Integer.MIN_VALUE hash
+    assert string_hash("Aa") == string_hash("BB") == 2112
+    # a default HashSet<Integer>: 16 buckets, one bucket's entries in insertion order
+    assert java_hash_set(integer_hash, [16, 1, 0]).keys() == [16, 0, 1]
+    grown = java_hash_set(integer_hash, range(12, -1, -1))  # the 13th entry doubles the table to 32
+    assert grown.keys() == list(range(13))
+    assert java_hash_set(integer_hash, [17, 1]).keys() == [17, 1]
+    assert JavaHashMap.expected(integer_hash, 5)._table == 16  # (int) ((5 + 1) / 0.75f + 1) = 9 -> 16
+
+
+def test_uneven_counts_go_to_the_members_java_s_hash_map_yields_first():
+    # Kafka numbers members in the order its HashMap of member ids yields them ("a" bucket 1, "x" 8,
+    # "Z" 10), not by join order; with 5 partitions over 3 members the first two want 2, the last 1;
+    # the partitions are offered one by one to the short members in that order
+    r = simple_assign({"x": [ZERO_TOPIC], "a": [ZERO_TOPIC], "Z": [ZERO_TOPIC]}, {ZERO_TOPIC: 5}, {})
+    assert r == {"a": {ZERO_TOPIC: {0, 3}}, "x": {ZERO_TOPIC: {1, 4}}, "Z": {ZERO_TOPIC: {2}}}
+
+
+def test_an_overfilled_member_gives_up_what_its_hash_set_yields_first():
+    current = {"a": {ZERO_TOPIC: {0, 1, 2, 3}}}
+    r = simple_assign({"a": [ZERO_TOPIC], "b": [ZERO_TOPIC]}, {ZERO_TOPIC: 4}, current)
+    assert r == {"a": {ZERO_TOPIC: {2, 3}}, "b": {ZERO_TOPIC: {0, 1}}}
+
+
+def test_heterogeneous_ties_as_kafka_s_own_test_expects():
+    # apache/kafka SimpleAssignorTest's
+    # testAssignWithThreeMembersThreeTopicsHeterogeneousWithNonAssignableTopic: T3 has nothing to
+    # assign; T2 (3 partitions) over A and C gives A two, C one
+    t1, t2, t3 = b"\x01" * 16, b"\x02" * 16, b"\x03" * 16
+    r = simple_assign({"A": [t1, t2], "B": [t3], "C": [t2, t3]}, {t1: 3, t2: 3, t3: 0}, {})
+    assert r == {"A": {t1: {0, 1, 2}, t2: {0, 2}}, "B": {}, "C": {t2: {1}}}

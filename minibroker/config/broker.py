@@ -86,6 +86,10 @@ class BrokerConfig:
             out.append((ConfigSource.DEFAULT_CONFIG, spec.default))
         return out
 
+    def _given(self, key: str) -> bool:
+        """Whether a layer above the default sets ``key``."""
+        return any(source != ConfigSource.DEFAULT_CONFIG for source, _ in self._layer_values(key))
+
     def __getitem__(self, key: str) -> Any:
         key = KEY_ALIASES.get(key, key)
         if key not in BROKER_CONFIGS:
@@ -251,6 +255,8 @@ class BrokerConfig:
             names = [k for k in keys if k in BROKER_CONFIGS or k in listener_keys]
         entries = []
         for name in names:
+            if name in REMOVED_BROKER_KEYS and not self._given(name):
+                continue  # Kafka 4 does not define it: listed only when given, as Kafka lists any key given
             spec = dynamic_spec(name) if name in listener_keys else BROKER_CONFIGS[name]
             chain = (name, spec.name) if name in listener_keys else BROKER_SYNONYMS.get(name, (name,))
             synonyms = [

@@ -29,7 +29,8 @@ _LISTENER_FORM_APPLIED = frozenset({"max.connection.creation.rate"})
 # security keys and DynamicListenerConfig's, but for the cluster-wide max.connections,
 # max.connection.creation.rate and num.network.threads); a listener-prefixed key is per broker too.
 PER_BROKER_DYNAMIC = LISTENER_ONLY_DYNAMIC | frozenset({
-    "listeners", "advertised.listeners", "listener.security.protocol.map", "principal.builder.class",
+    "cordoned.log.dirs", "listeners", "advertised.listeners", "listener.security.protocol.map",
+    "principal.builder.class",
     "ssl.protocol", "ssl.provider", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.keymanager.algorithm",
     "ssl.trustmanager.algorithm", "ssl.endpoint.identification.algorithm", "ssl.secure.random.implementation",
     "ssl.client.auth", "ssl.engine.factory.class", "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config",
@@ -58,7 +59,8 @@ def check_dynamic(key: str, value: str | None, *, cluster_default: bool = False)
     order: a known key, a dynamic one, the listener form for key and trust stores, a valid value,
     per broker for listener keys. Raises KafkaError."""
     spec = dynamic_spec(key)
-    if spec is None:
+    # a key Kafka 4 removed is unknown to it; removing a value an older broker stored stays possible
+    if spec is None or (spec.removed_in is not None and value is not None):
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {key}")
     if not spec.dynamic:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {key}")

@@ -39,6 +39,7 @@ __all__ = [
     "KEY_ALIASES",
     "LISTENER_PREFIX",
     "REMOVED_BROKER_KEYS",
+    "REMOVED_TOPIC_KEYS",
     "TOPIC_CONFIG_SYNONYMS",
     "TOPIC_CONFIGS",
     "ConfigEntry",
@@ -192,7 +193,7 @@ _BROKER_KEYS = [
     _k("log.dir", _STR, "./minibroker-data", "Data directory used when log.dirs is not set.",
        importance="high", kafka_default="/tmp/kafka-logs"),
     _k("metadata.log.dir", _STR, None, "Directory of the KRaft metadata log.", no_effect=True),
-    _k("num.recovery.threads.per.data.dir", _INT, 1, "Threads recovering logs at start-up.",
+    _k("num.recovery.threads.per.data.dir", _INT, 2, "Threads recovering logs at start-up.",
        validator=AtLeast(1), dynamic=True, no_effect=True),
     _k("metrics.port", _INT, None,
        "Optional HTTP port serving Prometheus metrics at /metrics; unset disables it.",
@@ -332,8 +333,10 @@ _BROKER_KEYS = [
        validator=AtLeast(0), dynamic=True),
     _k("log.message.timestamp.before.max.ms", _LONG, LONG_MAX,
        "How far in the past a CreateTime timestamp may be.", validator=AtLeast(0), dynamic=True),
+    # Kafka 4.x's default is an hour; unbounded here keeps the header-only append path (records/validator.py)
     _k("log.message.timestamp.after.max.ms", _LONG, LONG_MAX,
-       "How far in the future a CreateTime timestamp may be.", validator=AtLeast(0), dynamic=True),
+       "How far in the future a CreateTime timestamp may be.", validator=AtLeast(0), dynamic=True,
+       kafka_default="3600000"),
     _k("log.message.downconversion.enable", _BOOL, True,
        "Convert batches for old Fetch versions (v0-v3); off answers them UNSUPPORTED_VERSION.",
        importance="low", dynamic=True),
@@ -399,7 +402,7 @@ _BROKER_KEYS = [
     _k("group.share.min.delivery.count.limit", _INT, 2,
        "Smallest share.delivery.count.limit a group config may set.", validator=Between(2, 5)),
     _k("group.share.max.delivery.count.limit", _INT, 10,
-       "Largest share.delivery.count.limit a group config may set.", validator=Between(5, 10)),
+       "Largest share.delivery.count.limit a group config may set.", validator=Between(5, 25)),
     _k("group.share.max.size", _INT, 200, "Most members in one share group; one more gets "
        "GROUP_MAX_SIZE_REACHED.", validator=Between(1, 1000)),
     _k("group.share.assignors", _LIST, ["simple"],
@@ -439,8 +442,6 @@ _BROKER_KEYS = [
     _k("group.consumer.assignors", _LIST, ["uniform", "range"],
        "Server-side assignors of consumer (KIP-848) groups, the first being the default: uniform, range "
        "(or Kafka's class names of them). A member picks one with group.remote.assignor.",
-       kafka_default="org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
-                     "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
        validator=ListOf("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
                         "org.apache.kafka.coordinator.group.assignor.RangeAssignor")),
     _k("offsets.topic.num.partitions", _INT, 50, "Partitions of __consumer_offsets.", importance="high",
@@ -509,9 +510,9 @@ _BROKER_KEYS = [
     _k("share.coordinator.write.timeout.ms", _INT, 5000,
        "Longest a share coordinator write may take (writes are synchronous here).", validator=AtLeast(1),
        no_effect=True),
-    _k("share.coordinator.append.linger.ms", _INT, 5,
-       "How long Kafka's share coordinator waits to batch writes (each write is its own batch here).",
-       validator=AtLeast(0), no_effect=True),
+    _k("share.coordinator.append.linger.ms", _INT, -1,
+       "How long Kafka's share coordinator waits to batch writes, -1 adaptive (each write is its own "
+       "batch here).", validator=AtLeast(-1), no_effect=True),
     _k("transaction.max.timeout.ms", _INT, 900000,
        "Largest transaction.timeout.ms a producer may ask for in InitProducerId (larger: "
        "INVALID_TRANSACTION_TIMEOUT).", importance="high", validator=AtLeast(1)),
@@ -929,10 +930,11 @@ for _key in _kafka_only_keys():
     BROKER_CONFIGS.setdefault(_key.name, _key)
 
 
-# Broker keys Apache Kafka 4.0 dropped from its configuration definition (none is in the 4.x definitions
-# tests/data/kafka4_broker_keys.txt was read from). Kafka 4.x takes such a name as
-# any unknown one (AbstractConfig logs it as supplied but unused, and starts); minibroker keeps
-# accepting them, as 3.9 did, and load_config warns that Kafka 4 no longer knows them.
+# Broker keys Apache Kafka 4 dropped from its configuration definition (none is among the keys a Kafka
+# 4.3.0 broker logs, tests/data/kafka43_broker_config_values.txt, nor in tests/data/kafka4_broker_keys.txt).
+# Kafka 4.x takes such a name as any unknown one (AbstractConfig logs it as supplied but unused, and
+# starts); minibroker keeps accepting them, as 3.9 did, and load_config warns that Kafka 4 no longer
+# knows them.
 REMOVED_BROKER_KEYS: dict[str, tuple[str, str]] = {
     # ZooKeeper mode is gone (KIP-833); the password encoder only ever served ZooKeeper-stored configs
     **{name: ("4.0", "ZooKeeper mode was removed") for name in BROKER_CONFIGS
@@ -944,9 +946,26 @@ REMOVED_BROKER_KEYS: dict[str, tuple[str, str]] = {
     "offsets.commit.required.acks": ("4.0", "KIP-1041: offset commits always wait for all in-sync replicas"),
     "auto.include.jmx.reporter": ("4.0", "KIP-830: list JmxReporter in metric.reporters instead"),
     "control.plane.listener.name": ("4.0", "the ZooKeeper-mode controller's own listener (KIP-291)"),
+    "broker.id.generation.enable": ("4.0", "ZooKeeper mode was removed"),
+    "reserved.broker.max.id": ("4.0", "ZooKeeper mode was removed"),
+    "controlled.shutdown.max.retries": ("4.0", "ZooKeeper mode was removed"),
+    "controlled.shutdown.retry.backoff.ms": ("4.0", "ZooKeeper mode was removed"),
+    # absent from Kafka 4.3.0's definitions; the release that dropped each is not pinned down here
+    "inter.broker.protocol.version": ("4.x", "KRaft clusters set metadata.version through features"),
+    "delegation.token.master.key": ("4.x", "use delegation.token.secret.key"),
+    "eligible.leader.replicas.enable": ("4.x", "the eligible.leader.replicas.version feature turns it on"),
+    "leader.imbalance.per.broker.percentage": ("4.x", "a ZooKeeper-mode controller setting"),
+    "group.share.max.groups": ("4.x", "not in Kafka 4.3's share group definitions"),
 }
 for _name, (_release, _why) in REMOVED_BROKER_KEYS.items():
     BROKER_CONFIGS[_name].removed_in = _release
+
+# Topic keys Kafka 4.0 dropped with their broker synonyms: Kafka 4's DescribeConfigs lists them only when
+# a topic sets them (minibroker still honours message.format.version, for teaching)
+REMOVED_TOPIC_KEYS: dict[str, str] = {
+    topic_key: REMOVED_BROKER_KEYS[syns[0][0]][0] for topic_key, syns in TOPIC_CONFIG_SYNONYMS.items()
+    if syns and all(broker_key in REMOVED_BROKER_KEYS for broker_key, _ in syns)
+}
 
 
 

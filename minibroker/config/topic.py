@@ -8,6 +8,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from minibroker.config.keys import (
+    REMOVED_TOPIC_KEYS,
     TOPIC_CONFIGS,
     ConfigEntry,
     ConfigKey,
@@ -79,6 +80,8 @@ def describe_topic_configs(broker: BrokerConfig, overrides: Mapping[str, str],
     names = list(TOPIC_CONFIGS) if keys is None else [k for k in keys if k in TOPIC_CONFIGS]
     entries = []
     for name in names:
+        if name in REMOVED_TOPIC_KEYS and name not in typed:
+            continue  # Kafka 4 does not define it: listed only when the topic sets it
         spec = TOPIC_CONFIGS[name]
         value, synonyms = broker._topic_default(name)
         if name in typed:

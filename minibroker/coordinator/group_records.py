@@ -32,7 +32,7 @@ Consumer (KIP-848) groups add key versions 3-8, each naming a record type whose 
   previousMemberEpoch int32, state int8, assignedPartitions[topicId, partitions[int32]],
   partitionsPendingRevocation[...]``.
 
-Share (KIP-932) groups add key versions 10-14, values flexible v0 likewise:
+Share (KIP-932) groups add key versions 10-15, values flexible v0 likewise:
 
 - 10 ShareGroupMemberMetadata ``group, member``: value ``rackId?, clientId, clientHost,
   subscribedTopicNames[string]``;
@@ -41,7 +41,15 @@ Share (KIP-932) groups add key versions 10-14, values flexible v0 likewise:
 - 12 ShareGroupTargetAssignmentMetadata ``group``: value ``assignmentEpoch`` int32;
 - 13 ShareGroupTargetAssignmentMember ``group, member``: value ``topicPartitions[topicId, partitions]``;
 - 14 ShareGroupCurrentMemberAssignment ``group, member``: value ``memberEpoch, previousMemberEpoch
-  int32, state int8, assignedPartitions[topicId, partitions[int32]]``.
+  int32, state int8, assignedPartitions[topicId, partitions[int32]]``;
+- 15 ShareGroupStatePartitionMetadata ``group``: value ``initializingTopics``, ``initializedTopics``
+  (each ``[topicId, topicName, partitions[int32]]``), ``deletingTopics[topicId, topicName]``.
+
+These are Kafka 4.3's layouts. Its tagged fields (a consumer group's ``metadataHash``, tag 0 of record
+3; a target assignment's ``assignmentTimestamp``, tag 0 of records 6 and 12) are skipped on reading and
+not written (Kafka's reader takes an absent one as its default, 0). Record 9 (ShareGroupPartitionMetadata,
+Kafka 4.0's subscription metadata, replaced by the metadata hash) and 16 (a regular expression's resolved
+topics) are not kept; ``minibroker dump-log`` prints them.
 
 Strings are int16 length + UTF-8 (-1 for null), as in the non-flexible protocol. Version 4 values
 (flexible, KIP-915) are read too: compact lengths and trailing tagged fields, which are skipped.
@@ -58,6 +66,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from minibroker.coordinator.java_hash_order import string_hash as java_string_hash
 from minibroker.coordinator.record_codec import (
     I16,
     I32,
@@ -75,15 +84,6 @@ GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_METADATA_VALUE_VERSION = 3
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode``: s[0]*31^(n-1) + ... over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def partition_for(group_id: str, num_partitions: int) -> int:

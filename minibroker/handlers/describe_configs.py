@@ -1,11 +1,13 @@
 """DescribeConfigs: v0-v4.
 
 Behaviour: resources are answered one by one, each with its own error code.
-- TOPIC (2): every topic key (or the ones asked for; unknown names are skipped, as Kafka does)
+- TOPIC (2): every topic key (or the ones asked for; unknown names are skipped, as Kafka does; the
+  three Kafka 4.0 removed, message.format.version and its kin, only when the topic sets them)
   with the topic's override (DYNAMIC_TOPIC_CONFIG), else the broker key it inherits (dynamic
   broker, dynamic default, static, default) with the whole chain as synonyms. Illegal name 17,
   unknown topic 3.
-- BROKER (4): resource name = ``node.id`` gives every broker key with its source, read-only
+- BROKER (4): resource name = ``node.id`` gives every broker key (a key Kafka 4 removed only when
+  given, as Kafka 4 lists every key it was given and no other it does not define) with its source, read-only
   (not dynamic) and sensitive (password, value null) flags; the empty name gives only the
   cluster-wide dynamic defaults, as Kafka does. Another id or a non-integer name is 42. With eligible
   leader replicas on (KIP-966), ``min.insync.replicas`` is always one of those defaults (written at the

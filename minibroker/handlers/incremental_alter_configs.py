@@ -6,7 +6,8 @@ Behaviour: per resource, all-or-nothing, operations SET 0, DELETE 1, APPEND 2, S
   and applied to the live logs.
   Illegal name 17, unknown topic 3.
 - BROKER: applied to this broker's dynamic layer (name = node.id) or the cluster default (empty
-  name); only dynamic keys (42 otherwise), at Kafka's levels; topics follow live and TLS listeners are
+  name); only dynamic keys (42 otherwise; a key Kafka 4 removed is unknown, 40, but may be deleted),
+  at Kafka's levels; topics follow live and TLS listeners are
   rebuilt (or the change refused, 40) as with AlterConfigs; SET of a key store at its current path
   reloads the file. ``min.insync.replicas`` as AlterConfigs has it (KIP-966: not per broker, the
   cluster-level value not removed).

@@ -1,5 +1,5 @@
 """The KIP-848 consumer group and KIP-932 share group records of ``__consumer_offsets`` (record types
-3-15) as JSON, the way Kafka's generated ``*JsonConverter`` classes print them for ``kafka-dump-log
+3-16) as JSON, the way Kafka's generated ``*JsonConverter`` classes print them for ``kafka-dump-log
 --offsets-decoder``: for ``minibroker dump-log``.
 
 A key is an int16 record type, then its fields (non-flexible strings); a value an int16 version (0),
@@ -39,18 +39,23 @@ RECORD_NAMES = {
     8: "ConsumerGroupCurrentMemberAssignment", 9: "ShareGroupPartitionMetadata",
     10: "ShareGroupMemberMetadata", 11: "ShareGroupMetadata", 12: "ShareGroupTargetAssignmentMetadata",
     13: "ShareGroupTargetAssignmentMember", 14: "ShareGroupCurrentMemberAssignment",
-    15: "ShareGroupStatePartitionMetadata",
+    15: "ShareGroupStatePartitionMetadata", 16: "ConsumerGroupRegularExpression",
 }
 _PER_MEMBER = {5, 7, 8, 10, 13, 14}
+_KEY_SECOND_FIELD = {**dict.fromkeys(_PER_MEMBER, "memberId"), 16: "regularExpression"}
+# Kafka 4.3's tagged fields of the epoch records: KIP-1101's metadata hash of a consumer group, and
+# KIP-1263's time a target assignment was computed (printed only when a writer set them)
+_METADATA_HASH_TAG = {0: ("metadataHash", "int64")}
+_ASSIGNMENT_TIMESTAMP_TAG = {0: ("assignmentTimestamp", "int64")}
 
 _VALUES: dict[int, tuple[tuple, dict]] = {
-    3: ((("epoch", "int32"),), {}),
+    3: ((("epoch", "int32"),), _METADATA_HASH_TAG),
     4: ((("topics", ("[]", _TOPIC_METADATA)),), {}),
     5: ((("instanceId", "string?"), ("rackId", "string?"), ("clientId", "string"), ("clientHost", "string"),
          ("subscribedTopicNames", ("[]", "string")), ("subscribedTopicRegex", "string?"),
          ("rebalanceTimeoutMs", "int32"), ("serverAssignor", "string?")),
         {0: ("classicMemberMetadata", _CLASSIC_MEMBER)}),
-    6: ((("assignmentEpoch", "int32"),), {}),
+    6: ((("assignmentEpoch", "int32"),), _ASSIGNMENT_TIMESTAMP_TAG),
     7: ((("topicPartitions", ("[]", _TOPIC_PARTITIONS)),), {}),
     8: ((("memberEpoch", "int32"), ("previousMemberEpoch", "int32"), ("state", "int8"),
          ("assignedPartitions", ("[]", _TOPIC_PARTITIONS)),
@@ -60,7 +65,7 @@ _VALUES: dict[int, tuple[tuple, dict]] = {
           ("subscribedTopicNames", ("[]", "string"))), {}),
     # metadataHash: Kafka 4.1+ (KIP-1101); a 4.0 value ends after the epoch
     11: ((("epoch", "int32"), ("metadataHash", "int64")), {}),
-    12: ((("assignmentEpoch", "int32"),), {}),
+    12: ((("assignmentEpoch", "int32"),), _ASSIGNMENT_TIMESTAMP_TAG),
     13: ((("topicPartitions", ("[]", _TOPIC_PARTITIONS)),), {}),
     14: ((("memberEpoch", "int32"), ("previousMemberEpoch", "int32"), ("state", "int8"),
           ("assignedPartitions", ("[]", _TOPIC_PARTITIONS))), {}),
@@ -68,6 +73,8 @@ _VALUES: dict[int, tuple[tuple, dict]] = {
     15: ((("initializingTopics", ("[]", _TOPIC_PARTITIONS_INFO)),
           ("initializedTopics", ("[]", _TOPIC_PARTITIONS_INFO)),
           ("deletingTopics", ("[]", (("topicId", "uuid"), ("topicName", "string"))))), {}),
+    # the topics a regular expression subscription resolved to, at which metadata version, when
+    16: ((("topics", ("[]", "string")), ("version", "int64"), ("timestamp", "int64")), {}),
 }
 _OPTIONAL_TAIL = {11: "metadataHash"}  # a field older writers left out
 
@@ -77,11 +84,13 @@ def is_group_record(record_type: int) -> bool:
 
 
 def key_json(record_type: int, key: bytes) -> dict:
-    """The key's fields (``groupId``, and ``memberId`` for the per-member records)."""
+    """The key's fields (``groupId``, then ``memberId`` for the per-member records, or the
+    ``regularExpression`` of record 16)."""
     r = RecordReader(key, 2, flexible=False)
     data = {"groupId": r.string("groupId")}
-    if record_type in _PER_MEMBER:
-        data["memberId"] = r.string("memberId")
+    second = _KEY_SECOND_FIELD.get(record_type)
+    if second is not None:
+        data[second] = r.string(second)
     _expect_end(r, f"{RECORD_NAMES[record_type]}Key")
     return data
 

@@ -18,7 +18,7 @@ Same options, same output, line for line, for ``.log``, ``.index``, ``.timeindex
   ``endTxnMarker: COMMIT|ABORT coordinatorEpoch: N`` with ``--deep-iteration``.
 - ``.snapshot`` (producer state): one line per producer, Kafka's ``dumpProducerIdSnapshot``, read with
   ``minibroker.storage.producer_state.parse_snapshot``.
-- ``--offsets-decoder`` decodes the KIP-848 consumer group and share group records (types 3-15) with
+- ``--offsets-decoder`` decodes the KIP-848 consumer group and share group records (types 3-16) with
   ``coordinator_json``, as Kafka's generated JSON converters print them.
 
 What Kafka prints on stderr goes to stderr, after every file: index mismatches, time index errors,
@@ -353,7 +353,7 @@ def _offsets_parser(rec: _Rec) -> _Parsed:
     if len(rec.key) < 2:
         return f"Error at offset {o}, skipping. Could not read version from key's buffer.", None
     record_type = _I16.unpack_from(rec.key)[0]
-    if cj.is_group_record(record_type):  # 3-15: KIP-848 consumer group and KIP-932 share group records
+    if cj.is_group_record(record_type):  # 3-16: KIP-848 consumer group and KIP-932 share group records
         return _group_record(rec, record_type)
     if record_type not in (0, 1, 2):
         return f"Unknown record type {record_type} at offset {o}, skipping.", None
@@ -387,7 +387,7 @@ def _offsets_parser(rec: _Rec) -> _Parsed:
 
 
 def _group_record(rec: _Rec, record_type: int) -> _Parsed:
-    """A consumer or share group record (types 3-15): key ``{"type":"<n>","data":{...}}``, value
+    """A consumer or share group record (types 3-16): key ``{"type":"<n>","data":{...}}``, value
     ``{"version":"0","data":{...}}`` or ``<DELETE>``, as Kafka's JSON converters print them."""
     o = rec.offset
     try:
