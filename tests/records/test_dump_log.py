@@ -278,7 +278,7 @@ def test_offsets_decoder_prints_every_group_record_type(tmp_path):
         (gr.encode_group_record_key(3, "g"), gr.encode_epoch_value(7)[:3]),  # torn
         (gr.encode_group_record_key(3, "g"), b"\x00\x02\x00\x00\x00\x01\x00"),  # an unknown version
         (b"\x00\x03\x00", gr.encode_epoch_value(7)),  # a key cut short
-        (b"\x00\x10\x00\x01g\x00\x01x", b"\x00\x00\x00"),  # type 16, unknown here
+        (b"\x00\x11\x00\x01g\x00\x01x", b"\x00\x00\x00"),  # type 17 (streams groups), unknown here
     ]
     rc, lines = run("--offsets-decoder", offsets_log(tmp_path, rows))
     assert rc == 0
@@ -323,7 +323,7 @@ def test_offsets_decoder_prints_every_group_record_type(tmp_path):
         "Can't read version 2 of ConsumerGroupMetadataValue.",
         "Error at offset 17, skipping. Could not read record with version 3 from key's buffer due to: "
         "record truncated.",
-        "Unknown record type 16 at offset 18, skipping.",
+        "Unknown record type 17 at offset 18, skipping.",
     ]
 
 
