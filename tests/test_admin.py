@@ -932,7 +932,9 @@ def test_list_offsets_max_timestamp_answers_the_record(minibroker_factory, topic
 
     broker = minibroker_factory(mode="process")
     broker.create_topic(topic_name)
-    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 500})
+    # One batch whatever the machine's load: linger outlasts any pause between the three produce() calls,
+    # and flush() sends at once (500 ms made two batches once on a loaded machine)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 60_000})
     t = 1_700_000_000_000
     for delta in (100, 400, 200):
         producer.produce(topic_name, b"v%d" % delta, partition=0, timestamp=t + delta)
