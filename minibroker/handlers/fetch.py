@@ -14,6 +14,9 @@ transactions overlapping what was read, from the segments' ``.txnindex`` (produc
 offset), so that clients drop aborted records; a marker moving the last stable offset wakes
 long-polling fetches. READ_UNCOMMITTED reads to the high watermark, control batches included.
 Preferred read replica -1; topic ids on v13+ (UNKNOWN_TOPIC_ID for unknown ones).
+``current_leader_epoch`` (v9+) is checked against the partition's leader epoch (FENCED_LEADER_EPOCH when
+older, UNKNOWN_LEADER_EPOCH when newer, -1 unchecked); ``last_fetched_epoch`` (v12+, sent by followers)
+is not checked (no diverging epoch is answered: a single node's log is never truncated under a follower).
 Version notes: v18 (KIP-1166) only adds the follower's high watermark to the request (a tagged
 field replicas send; a consumer leaves it at its default and it is ignored here). v0-v3 cannot read
 magic 2, so their batches are down-converted (magic 0 for v0-v1, magic 1 for v2-v3), which copies
@@ -186,7 +189,7 @@ def read_partitions(plan: FetchPlan) -> tuple[list, int]:
             records = EMPTY
             lso, aborted = None, ()
             try:
-                check_current_leader_epoch(leader_epoch)
+                check_current_leader_epoch(leader_epoch, plog.leader_epoch)
                 lso = replicas.last_stable_offset(name, partition)
                 limit = min(max_bytes, budget)
                 if limit > 0 or total == 0:
