@@ -360,7 +360,8 @@ class PartitionLog:
             if epoch > self._epochs.latest_epoch:
                 self._epochs.assign(epoch, start)
         self._leader_epoch = max(self._epochs.latest_epoch, self._leader_epoch)
-        if self._fix_epoch_entries() and not read_only:
+        self._fix_epoch_entries()
+        if self._epochs.entries != epochs and not read_only:  # corrected: a crash left it behind
             self._write_epoch_checkpoint()
         return self
 
