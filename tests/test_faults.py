@@ -205,10 +205,12 @@ def test_a_bumped_leader_epoch_and_an_offline_partition_show_in_metadata(minibro
             assert rule.matched == 1
         (_, _, leader, epoch0), (_, _, _, epoch1) = before
         assert partitions(wire) == [(0, 0, leader, epoch0), (1, 0, leader, epoch1 + 1)]
-        # a client naming the new epoch is served; the old one is the handlers' business as before
+        # a client naming the new epoch is served; the old one is fenced, as after a real election
         bumped = _list_offsets(topic_name, (1,))
         bumped["topics"][0]["partitions"][0]["current_leader_epoch"] = epoch1 + 1
         assert wire.request(2, 5, bumped).topics[0].partitions[0].error_code == 0
+        bumped["topics"][0]["partitions"][0]["current_leader_epoch"] = epoch1
+        assert wire.request(2, 5, bumped).topics[0].partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
         with minibroker.inject(action="offline", topic=topic_name, partition=0, lasts_ms=60_000):
             assert partitions(wire)[0] == (0, ErrorCode.LEADER_NOT_AVAILABLE, -1, epoch0)
             answer = wire.request(2, 5, _list_offsets(topic_name, (0, 1)))
