@@ -45,6 +45,14 @@ def batch_epochs(log: PartitionLog) -> list[tuple[int, int]]:
     return out
 
 
+def two_epochs(directory: str, topic_id: bytes) -> PartitionLog:
+    log = PartitionLog.create(directory, "t", 0, topic_id, config())
+    append_in_epoch(log, 3)
+    log.start_leader_epoch()
+    append_in_epoch(log, 2)
+    return log
+
+
 @pytest.fixture
 def directory(tmp_path):
     return str(tmp_path / "t-0")
@@ -133,10 +141,7 @@ def test_a_new_epoch_starts_at_the_log_end_and_is_checkpointed(directory, topic_
 
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "kill-9"])
 def test_the_epoch_survives_a_restart(directory, topic_id, clean):
-    log = PartitionLog.create(directory, "t", 0, topic_id, config())
-    append_in_epoch(log, 3)
-    log.start_leader_epoch()
-    append_in_epoch(log, 2)
+    log = two_epochs(directory, topic_id)  # epoch 0: offsets 0-2, epoch 1: 3-4
     log.start_leader_epoch()  # epoch 2, nothing written in it yet
     log = reopen(log, topic_id, clean=clean)
     assert log.leader_epoch == 2
@@ -147,10 +152,7 @@ def test_the_epoch_survives_a_restart(directory, topic_id, clean):
 
 
 def test_recovery_rebuilds_the_cache_from_the_batches(directory, topic_id):
-    log = PartitionLog.create(directory, "t", 0, topic_id, config())
-    append_in_epoch(log, 3)
-    log.start_leader_epoch()
-    append_in_epoch(log, 2)
+    log = two_epochs(directory, topic_id)  # epoch 0: offsets 0-2, epoch 1: 3-4
     path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT)
     with open(path, "w") as f:  # a checkpoint behind the log (as if written before epoch 1 began)
         f.write("0\n1\n0 0\n")
@@ -207,10 +209,7 @@ def test_delete_records_and_retention_truncate_from_start(directory, topic_id):
 
 
 def test_truncate_to_drops_later_epochs_but_not_the_current_one(directory, topic_id):
-    log = PartitionLog.create(directory, "t", 0, topic_id, config())
-    append_in_epoch(log, 3)
-    log.start_leader_epoch()
-    append_in_epoch(log, 2)
+    log = two_epochs(directory, topic_id)  # epoch 0: offsets 0-2, epoch 1: 3-4
     log.start_leader_epoch()
     append_in_epoch(log, 2)
     log.truncate_to(4)
