@@ -118,19 +118,26 @@ def test_every_api_answers_the_partitions_epoch(minibroker, topic_name):
         assert listed(-1, current=1)[0] == ErrorCode.FENCED_LEADER_EPOCH
         assert listed(-1, current=5)[0] == ErrorCode.UNKNOWN_LEADER_EPOCH
 
-        def fetched(current: int) -> tuple[int, int]:
+        def fetched(current: int, offset: int = 3, last_fetched: int = -1):
             request = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
                        "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
                            {"topic": topic_name, "partitions": [
-                               {"partition": 0, "fetch_offset": 3, "current_leader_epoch": current,
-                                "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                               {"partition": 0, "fetch_offset": offset, "current_leader_epoch": current,
+                                "last_fetched_epoch": last_fetched, "log_start_offset": -1,
+                                "partition_max_bytes": 1 << 20}]}],
                        "forgotten_topics_data": [], "rack_id": ""}
-            (p,) = wire.request(1, 11, request).responses[0].partitions
-            return p.error_code, len(p.records or b"")
+            (p,) = wire.request(1, 12, request).responses[0].partitions
+            diverging = p.diverging_epoch
+            return p.error_code, len(p.records or b""), (diverging.epoch, diverging.end_offset)
 
         assert fetched(2)[0] == 0 and fetched(2)[1] > 0 and fetched(-1)[0] == 0
         assert fetched(0)[0] == ErrorCode.FENCED_LEADER_EPOCH
         assert fetched(3)[0] == ErrorCode.UNKNOWN_LEADER_EPOCH
+        # the last fetched epoch (v12+): the log's end of it before the fetch offset is a divergence
+        error, size, diverging = fetched(2, offset=4, last_fetched=1)  # epoch 1 ends at 5: reads on
+        assert (error, diverging) == (0, (-1, -1)) and size > 0
+        assert fetched(2, offset=4, last_fetched=0) == (0, 0, (0, 3))  # epoch 0 ended at 3: no records
+        assert fetched(2, offset=5, last_fetched=3) == (0, 0, (-1, -1))  # an epoch this log never had
 
 
 def test_a_deleted_and_recreated_topic_starts_at_epoch_zero(minibroker, topic_name):
@@ -171,3 +178,33 @@ def test_a_bump_survives_a_restart_and_a_kill(minibroker_factory, topic_name):
         assert end_offsets(wire, topic_name, 2, 3) == [(0, 2, 5), (0, 3, 5)]
     broker.produce(topic_name, [b"f"])
     assert batch_epochs(broker.data_dir, topic_name)[-2:] == [(4, 2, False), (5, 3, False)]
+
+
+def test_a_fetch_session_keeps_the_epochs_its_client_sent(minibroker, topic_name):
+    """As Kafka's CachedPartition: an incremental fetch that does not name a partition fetches it with the
+    current leader epoch the client last sent for it, so a bump fences it until the client names it again
+    with the new epoch."""
+    minibroker.create_topic(topic_name)
+    minibroker.produce(topic_name, [b"a"])
+
+    def fetch(wire, session_id: int, session_epoch: int, partitions: list[dict]):
+        request = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                   "isolation_level": 0, "session_id": session_id, "session_epoch": session_epoch,
+                   "topics": [{"topic": topic_name, "partitions": partitions}] if partitions else [],
+                   "forgotten_topics_data": [], "rack_id": ""}
+        answer = wire.request(1, 12, request)
+        return answer.session_id, [(p.partition_index, p.error_code) for t in answer.responses
+                                   for p in t.partitions]
+
+    def named(epoch: int) -> list[dict]:
+        return [{"partition": 0, "fetch_offset": 1, "current_leader_epoch": epoch, "last_fetched_epoch": -1,
+                 "log_start_offset": -1, "partition_max_bytes": 1 << 20}]
+
+    with _wire(minibroker) as wire:
+        session, answers = fetch(wire, 0, 0, named(0))
+        assert session and answers == [(0, 0)]
+        bump(minibroker, topic_name)
+        assert fetch(wire, session, 1, []) == (session, [(0, ErrorCode.FENCED_LEADER_EPOCH)])
+        assert fetch(wire, session, 2, named(1)) == (session, [])  # served; nothing new, so left out
+        minibroker.produce(topic_name, [b"b"])
+        assert fetch(wire, session, 3, []) == (session, [(0, 0)])  # the new epoch is the session's now
