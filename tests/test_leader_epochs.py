@@ -208,3 +208,22 @@ def test_a_fetch_session_keeps_the_epochs_its_client_sent(minibroker, topic_name
         assert fetch(wire, session, 2, named(1)) == (session, [])  # served; nothing new, so left out
         minibroker.produce(topic_name, [b"b"])
         assert fetch(wire, session, 3, []) == (session, [(0, 0)])  # the new epoch is the session's now
+
+
+def test_delete_records_moves_the_epochs_start(minibroker, topic_name):
+    minibroker.create_topic(topic_name)
+    minibroker.produce(topic_name, [b"a", b"b", b"c"])
+    bump(minibroker, topic_name)
+    minibroker.produce(topic_name, [b"d", b"e"])
+    bump(minibroker, topic_name)
+    minibroker.produce(topic_name, [b"f"])
+    with _wire(minibroker) as wire:
+        request = {"topics": [{"name": topic_name, "partitions": [{"partition_index": 0, "offset": 4}]}],
+                   "timeout_ms": 5000}
+        (p,) = wire.request(21, 2, request).topics[0].partitions
+        assert (p.error_code, p.low_watermark) == (0, 4)
+        assert checkpoint(minibroker.data_dir, topic_name) == [(1, 4), (2, 5)]
+        # epoch 0 is older than the log holds now: it ends where the log starts (Kafka's endOffsetFor)
+        assert end_offsets(wire, topic_name, 0, 1, 2) == [(0, 0, 4), (0, 1, 5), (0, 2, 6)]
+        (p,) = wire.request(2, 5, list_offsets(topic_name, -2)).topics[0].partitions
+        assert (p.offset, p.leader_epoch) == (4, 1)
