@@ -205,10 +205,12 @@ def test_a_bumped_leader_epoch_and_an_offline_partition_show_in_metadata(minibro
             assert rule.matched == 1
         (_, _, leader, epoch0), (_, _, _, epoch1) = before
         assert partitions(wire) == [(0, 0, leader, epoch0), (1, 0, leader, epoch1 + 1)]
-        # a client naming the new epoch is served; the old one is the handlers' business as before
+        # a client naming the new epoch is served; the old one is fenced, as after a real election
         bumped = _list_offsets(topic_name, (1,))
         bumped["topics"][0]["partitions"][0]["current_leader_epoch"] = epoch1 + 1
         assert wire.request(2, 5, bumped).topics[0].partitions[0].error_code == 0
+        bumped["topics"][0]["partitions"][0]["current_leader_epoch"] = epoch1
+        assert wire.request(2, 5, bumped).topics[0].partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
         with minibroker.inject(action="offline", topic=topic_name, partition=0, lasts_ms=60_000):
             assert partitions(wire)[0] == (0, ErrorCode.LEADER_NOT_AVAILABLE, -1, epoch0)
             answer = wire.request(2, 5, _list_offsets(topic_name, (0, 1)))
@@ -242,14 +244,19 @@ def test_offset_for_leader_epoch_answers_for_a_bumped_epoch(minibroker, topic_na
             wire.request(2, 5, _list_offsets(topic_name))
         assert end_offsets(wire, 0, 1, 2) == [(0, 0, 3), (0, 1, 5), (0, 2, 5)]
 
-def test_confluent_consumer_reads_on_through_a_leader_epoch_bump(minibroker, topic_name):
+def test_confluent_consumer_validates_its_position_through_leader_epoch_bumps(minibroker, topic_name):
+    """librdkafka (KIP-320) validates its position with OffsetForLeaderEpoch when Metadata shows a newer
+    epoch, naming the epoch of the last batch it read. The batches written after a bump carry the new
+    epoch, so the second validation (epoch 1, at offset 5) finds epoch 1 ending at the log end: no
+    truncation. With batches left at epoch 0 it asked for epoch 0, was told that ended at 3, and read
+    d and e again (the overlay this replaced)."""
     from confluent_kafka import Consumer, TopicPartition
 
     minibroker.create_topic(topic_name)
     minibroker.produce(topic_name, [b"a", b"b", b"c"])
     consumer = Consumer({"bootstrap.servers": minibroker.bootstrap_servers, "group.id": topic_name,
                          "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 500,
-                         "fetch.wait.max.ms": 50, "retry.backoff.ms": 10})
+                         "fetch.wait.max.ms": 50, "retry.backoff.ms": 10, "auto.offset.reset": "earliest"})
     seen, errors = [], []
 
     def read_until(count: int, deadline_s: float = 15) -> None:
@@ -261,23 +268,30 @@ def test_confluent_consumer_reads_on_through_a_leader_epoch_bump(minibroker, top
             if message.error():
                 errors.append(message.error())
             else:
-                seen.append(message.value())
+                seen.append((message.value(), message.leader_epoch()))
 
+    validations = minibroker.inject(api="OffsetForLeaderEpoch", topic=topic_name, delay_ms=1)
     try:
         consumer.assign([TopicPartition(topic_name, 0, 0)])
         read_until(3)
-        with minibroker.inject(api="Fetch", topic=topic_name, error="NOT_LEADER_OR_FOLLOWER",
-                               bump_leader_epoch=True, count=1) as rule:
-            # a Fetch already waiting at the broker is answered without the rule: poll until one meets it
-            deadline = time.monotonic() + 15
-            while not rule.matched and time.monotonic() < deadline:
-                read_until(4, deadline_s=0.3)
-            assert rule.matched == 1
-            minibroker.produce(topic_name, [b"d", b"e"])
-            read_until(5)
+        for bump, more in enumerate(([b"d", b"e"], [b"f"]), start=1):
+            with minibroker.inject(api="Fetch", topic=topic_name, error="NOT_LEADER_OR_FOLLOWER",
+                                   bump_leader_epoch=True, count=1) as rule:
+                # a Fetch already waiting at the broker is answered without the rule: poll until one meets it
+                deadline = time.monotonic() + 15
+                while not rule.matched and time.monotonic() < deadline:
+                    read_until(len(seen) + 1, deadline_s=0.3)
+                assert rule.matched == 1
+            validations.wait_until_matched(bump, timeout=15)
+            minibroker.produce(topic_name, more)
+            read_until(len(seen) + len(more))
+        read_until(len(seen) + 1, deadline_s=1.5)  # anything read twice would come now
     finally:
         consumer.close()
-    assert (seen, errors) == ([b"a", b"b", b"c", b"d", b"e"], [])
+        validations.remove()
+    assert errors == []
+    assert seen == [(b"a", 0), (b"b", 0), (b"c", 0), (b"d", 1), (b"e", 1), (b"f", 2)]
+    assert validations.matched == 2  # one OffsetForLeaderEpoch per bump, each answered "no truncation"
 
 
 def test_an_expired_window_stops_matching(minibroker, topic_name):

@@ -166,6 +166,19 @@ def test_an_expired_lock_redelivers_with_one_more_delivery_and_wakes_waiters(sha
     assert shares.ack("g", "dead", "t", [(0, 2, [ACK_ACCEPT])]) == E.INVALID_RECORD_STATE
 
 
+def test_the_state_is_written_with_the_partitions_leader_epoch(shares):
+    runner = shares.runner
+    runner.create_topic("t")
+    produce(runner, "t", 3)
+    shares.configure("g", share_auto_offset_reset="earliest")
+    assert shares.acquire("g", "m", "t").acquired == [AcquiredRecords(0, 2, 1)]
+    assert shares.ack("g", "m", "t", [(0, 0, [ACK_ACCEPT])]) == E.NONE
+    assert shares.stored("g", "t").leader_epoch == 0
+    shares.call(runner.broker.replicas.get_log("t", 0).start_leader_epoch)  # an election
+    assert shares.ack("g", "m", "t", [(1, 1, [ACK_ACCEPT])]) == E.NONE
+    assert shares.stored("g", "t").leader_epoch == 1
+
+
 def test_the_delivery_limit_archives_and_a_member_release_gives_back_its_delivery(shares):
     runner = shares.runner
     runner.create_topic("t")

@@ -251,8 +251,10 @@ class SharePartitionManager:
         if pending is None:
             return
         start, batches = pending
-        group_id, _topic, partition = entry.key
-        self.broker.share_state.write(group_id, entry.topic_id, partition, start, batches)
+        group_id, topic, partition = entry.key
+        # with the partition's leader epoch, as Kafka's SharePartition writes its state
+        epoch = self.broker.replicas.get_log(topic, partition).leader_epoch
+        self.broker.share_state.write(group_id, entry.topic_id, partition, start, batches, leader_epoch=epoch)
         entry.sp.mark_persisted()
 
     def _expire(self, entry: _Entry, now_ms: int) -> None:

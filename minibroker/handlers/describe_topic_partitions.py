@@ -2,13 +2,14 @@
 
 Behaviour, as Kafka's DescribeTopicPartitionsRequestHandler answers on one node: an empty topic list
 means every topic; topics are answered in name order, each partition with this node as leader, sole
-replica and ISR (leader epoch 0, as Metadata reports), empty eligible-leader-replica and last-known-ELR
-lists and no offline replicas. Paging: at most ``response_partition_limit`` partitions per response,
-clamped to [1, ``max.request.partition.size.limit``]; when a topic does not fit, ``next_cursor`` names
-the topic and first partition left out (a topic that would start a response already full is named with
-partition 0). A cursor starts at its topic and partition; topics that sort before the cursor's are
-skipped. A named topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for
-an illegal name), with its topic id if known; an all-topics request leaves nothing out for errors.
+replica and ISR (at its log's leader epoch, as Metadata reports), empty eligible-leader-replica and
+last-known-ELR lists and no offline replicas. Paging: at most ``response_partition_limit`` partitions
+per response, clamped to [1, ``max.request.partition.size.limit``]; when a topic does not fit,
+``next_cursor`` names the topic and first partition left out (a topic that would start a response
+already full is named with partition 0). A cursor starts at its topic and partition; topics that sort
+before the cursor's are skipped. A named topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION
+(INVALID_TOPIC_EXCEPTION for an illegal name), with its topic id if known; an all-topics request leaves
+nothing out for errors.
 A cursor naming a topic missing from a non-empty topic list, or a negative cursor partition, is
 INVALID_REQUEST for every named topic (Kafka's error response).
 Topic authorized operations are always filled in (there is no flag asking for them), unknown topics
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.handlers.authorized_operations import NOT_ASKED, topic_operations
+from minibroker.handlers.leader_epochs import leader_epoch_of
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
@@ -42,8 +44,9 @@ def _invalid_request(request) -> Struct:
                           for t in request.topics])
 
 
-def _partition(node: int, index: int) -> Struct:
-    return Struct(error_code=0, partition_index=index, leader_id=node, leader_epoch=0, replica_nodes=[node],
+def _partition(node: int, index: int, leader_epoch: int) -> Struct:
+    return Struct(error_code=0, partition_index=index, leader_id=node, leader_epoch=leader_epoch,
+                  replica_nodes=[node],
                   isr_nodes=[node], eligible_leader_replicas=[], last_known_elr=[], offline_replicas=[])
 
 
@@ -84,7 +87,7 @@ def handle_describe_topic_partitions(broker, header, request):
             continue
         start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
         end = min(info.partitions, start + remaining)
-        partitions = [_partition(node, p) for p in range(start, end)]
+        partitions = [_partition(node, p, leader_epoch_of(broker, name, p)) for p in range(start, end)]
         out.append(Struct(error_code=0, name=name, topic_id=info.id, is_internal=is_internal(name),
                           partitions=partitions,
                           topic_authorized_operations=topic_operations(broker, header, name)))

@@ -14,6 +14,11 @@ transactions overlapping what was read, from the segments' ``.txnindex`` (produc
 offset), so that clients drop aborted records; a marker moving the last stable offset wakes
 long-polling fetches. READ_UNCOMMITTED reads to the high watermark, control batches included.
 Preferred read replica -1; topic ids on v13+ (UNKNOWN_TOPIC_ID for unknown ones).
+``current_leader_epoch`` (v9+) is checked against the partition's leader epoch (FENCED_LEADER_EPOCH when
+older, UNKNOWN_LEADER_EPOCH when newer, -1 unchecked); with ``last_fetched_epoch`` (v12+; Kafka's
+followers send it), a log whose end of that epoch (its OffsetForLeaderEpoch answer) is before the fetch
+offset, or which knows only a lower epoch, answers ``diverging_epoch`` and no records, as Kafka. A fetch
+session keeps both epochs per partition as the client last sent them (Kafka's CachedPartition).
 Version notes: v18 (KIP-1166) only adds the follower's high watermark to the request (a tagged
 field replicas send; a consumer leaves it at its default and it is ignored here). v0-v3 cannot read
 magic 2, so their batches are down-converted (magic 0 for v0-v1, magic 1 for v2-v3), which copies
@@ -60,7 +65,8 @@ class FetchPlan:
         self.error_code = 0
         self.incremental = False
         self.session = None
-        # [(topic name or None, topic_id, [(partition, fetch_offset, max_bytes, leader_epoch)])]
+        # [(topic name or None, topic_id, [(partition, fetch_offset, max_bytes, leader_epoch,
+        #                                   last_fetched_epoch)])]
         self.topics: list = []
         self.unknown_ids: dict[bytes, list[int]] = {}
         self.denied: frozenset[str] = frozenset()  # topics the principal may not READ
@@ -109,11 +115,11 @@ class FetchPlan:
             for p in topic.partitions:
                 known = session.partitions.get((name, p.partition))
                 if known is None:
-                    session.partitions[(name, p.partition)] = SessionPartition(
-                        topic_id, p.fetch_offset, p.partition_max_bytes
-                    )
+                    session.partitions[(name, p.partition)] = _session_partition(topic_id, p)
                 else:  # keep what the client was last told, so an unchanged partition stays quiet
                     known.fetch_offset, known.max_bytes = p.fetch_offset, p.partition_max_bytes
+                    known.leader_epoch = p.current_leader_epoch
+                    known.last_fetched_epoch = p.last_fetched_epoch
         for forgotten in req.forgotten_topics_data:
             name = self.broker.logs.topic_name(forgotten.topic_id) if self.version >= 13 else forgotten.topic
             for partition in forgotten.partitions:
@@ -121,7 +127,7 @@ class FetchPlan:
         grouped: dict[str, tuple[bytes, list]] = {}
         for (name, partition), sp in session.partitions.items():
             grouped.setdefault(name, (sp.topic_id, []))[1].append(
-                (partition, sp.fetch_offset, sp.max_bytes, -1)
+                (partition, sp.fetch_offset, sp.max_bytes, sp.leader_epoch, sp.last_fetched_epoch)
             )
         self.topics = [(name, tid, parts) for name, (tid, parts) in grouped.items()]
 
@@ -132,18 +138,32 @@ class FetchPlan:
                 self.unknown_ids.setdefault(topic_id, []).extend(p.partition for p in topic.partitions)
                 continue
             parts = [
-                (p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch)
+                (p.partition, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                 p.last_fetched_epoch)
                 for p in topic.partitions
             ]
             self.topics.append((name, topic_id, parts))
             if session is not None:
                 for p in topic.partitions:
-                    session.partitions[(name, p.partition)] = SessionPartition(
-                        topic_id, p.fetch_offset, p.partition_max_bytes
-                    )
+                    session.partitions[(name, p.partition)] = _session_partition(topic_id, p)
 
     def keys(self) -> list[tuple[str, int]]:
         return [(name, p[0]) for name, _, parts in self.topics for p in parts]
+
+
+def _session_partition(topic_id: bytes, p) -> SessionPartition:
+    return SessionPartition(topic_id, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                            p.last_fetched_epoch)
+
+
+def _diverging_epoch(plog, fetch_offset: int, last_fetched_epoch: int) -> Struct | None:
+    """Kafka's check of a fetcher's last fetched epoch (v12+): the log's end of that epoch (its
+    OffsetForLeaderEpoch answer) before the fetch offset, or a lower epoch found, means the fetcher's log
+    diverged from here; None when it did not."""
+    epoch, end = plog.end_offset_for_epoch(last_fetched_epoch)
+    if epoch < last_fetched_epoch or end < fetch_offset:
+        return Struct(epoch=epoch, end_offset=end)
+    return None
 
 
 def _partition(index, error=0, hw=-1, log_start=-1, records=EMPTY, committed=False, lso=None,
@@ -176,7 +196,7 @@ def read_partitions(plan: FetchPlan) -> tuple[list, int]:
                 _partition(p[0], ErrorCode.TOPIC_AUTHORIZATION_FAILED, committed=committed) for p in parts]))
             continue
         out = []
-        for partition, fetch_offset, max_bytes, leader_epoch in parts:
+        for partition, fetch_offset, max_bytes, leader_epoch, last_fetched_epoch in parts:
             try:
                 plog = replicas.get_log(name, partition)
             except KafkaError as e:
@@ -186,7 +206,14 @@ def read_partitions(plan: FetchPlan) -> tuple[list, int]:
             records = EMPTY
             lso, aborted = None, ()
             try:
-                check_current_leader_epoch(leader_epoch)
+                check_current_leader_epoch(leader_epoch, plog.leader_epoch)
+                if last_fetched_epoch >= 0:
+                    diverging = _diverging_epoch(plog, fetch_offset, last_fetched_epoch)
+                    if diverging is not None:  # no records: the client truncates first (Kafka's KIP-595)
+                        answer = _partition(partition, 0, hw, log_start, committed=committed)
+                        answer.diverging_epoch = diverging
+                        out.append(answer)
+                        continue
                 lso = replicas.last_stable_offset(name, partition)
                 limit = min(max_bytes, budget)
                 if limit > 0 or total == 0:

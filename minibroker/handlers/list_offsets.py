@@ -8,7 +8,9 @@ its batch), -4 earliest local (v8+) = log start offset, -5 last tiered (v9+) = -
 storage), -6 earliest pending upload (v11+, KIP-1023) = -1 (nothing is ever pending upload
 without tiered storage); any other timestamp finds the first offset whose timestamp is >= it
 through the time indexes, or -1.
-v0 answers with an array of offsets (one, for the one asked). Leader epoch 0 in answers (v4+).
+v0 answers with an array of offsets (one, for the one asked). The leader epoch of an answer (v4+) is
+the epoch the found offset was written in (the partition's epoch cache), the current epoch for -1, as
+Kafka; ``current_leader_epoch`` (v4+) is checked like Fetch's.
 Authorization (with an authorizer): DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED, as Kafka.
 """
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import functools
 
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.handlers.leader_epochs import LEADER_EPOCH, check_current_leader_epoch
+from minibroker.handlers.leader_epochs import check_current_leader_epoch
 from minibroker.handlers.partition_answers import answer_partitions
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
@@ -54,8 +56,8 @@ def handle_list_offsets(broker, header, request):
                      (t.name for t in request.topics))
 
     def answer(topic: str, p) -> Struct:
-        check_current_leader_epoch(p.current_leader_epoch)
         plog = broker.replicas.get_log(topic, p.partition_index)
+        check_current_leader_epoch(p.current_leader_epoch, plog.leader_epoch)
         lso = None
         if committed:
             lso = functools.partial(broker.replicas.last_stable_offset, topic, p.partition_index)
@@ -66,7 +68,8 @@ def handle_list_offsets(broker, header, request):
             old_style_offsets=[offset] if offset >= 0 and p.max_num_offsets else [],
             timestamp=ts,
             offset=offset,
-            leader_epoch=LEADER_EPOCH if offset >= 0 else -1,
+            leader_epoch=-1 if offset < 0 else (plog.leader_epoch if p.timestamp == LATEST
+                                                else plog.epoch_for_offset(offset)),
         )
 
     def failed(p, code: ErrorCode) -> Struct:

@@ -1,7 +1,7 @@
 """Metadata: v0-v13.
 
 Behaviour: one broker (this node, at the advertised address of its first listener) that is the
-controller and the leader, sole replica and ISR of every partition at leader epoch 0. Null
+controller and the leader, sole replica and ISR of every partition, at its log's leader epoch. Null
 topics (v1+) means all topics, an empty list none; v0's empty list means all. Unknown topics
 are created when ``auto.create.topics.enable`` and the request allow it (always asked on v0-v3),
 with ``num.partitions``; otherwise error 3. Illegal names get error 17. Topic ids (v10+) come
@@ -31,6 +31,7 @@ from minibroker.handlers.authorized_operations import (
     cluster_operations,
     topic_operations,
 )
+from minibroker.handlers.leader_epochs import leader_epoch_of
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
@@ -52,7 +53,7 @@ def topic_metadata(broker, name: str, info, authorized_operations: int = NOT_ASK
                 error_code=0,
                 partition_index=p,
                 leader_id=node,
-                leader_epoch=0,
+                leader_epoch=leader_epoch_of(broker, name, p),
                 replica_nodes=[node],
                 isr_nodes=[node],
                 offline_replicas=[],

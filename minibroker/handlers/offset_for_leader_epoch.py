@@ -1,8 +1,10 @@
 """OffsetForLeaderEpoch: v0-v4.
 
-Behaviour: every partition has had one leader epoch, 0, which ends at the log end offset.
-Asking for epoch 0 answers (0, LEO); a later epoch is unknown: (-1, -1), UNDEFINED as Kafka
-answers it. ``current_leader_epoch`` (v2+) is checked like Fetch's.
+Behaviour: answered from the partition's leader epoch cache (``leader-epoch-checkpoint``) as Kafka's
+``LeaderEpochFileCache.endOffsetFor``: the current epoch ends at the log end offset; an older epoch
+ends where the next known one starts, answered with the largest known epoch at or below it (the
+requested one when it is older than every entry the log still holds); an epoch newer than the
+current one, or -1, is (-1, -1), UNDEFINED. ``current_leader_epoch`` (v2+) is checked like Fetch's.
 Authorization (with an authorizer): CLUSTER_ACTION on the cluster (brokers) or DESCRIBE on each topic, else
 TOPIC_AUTHORIZATION_FAILED, as Kafka.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from minibroker.errors import ErrorCode
-from minibroker.handlers.leader_epochs import LEADER_EPOCH, check_current_leader_epoch
+from minibroker.handlers.leader_epochs import check_current_leader_epoch
 from minibroker.handlers.partition_answers import answer_partitions
 from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
@@ -28,12 +30,9 @@ def handle_offset_for_leader_epoch(broker, header, request):
                          (t.topic for t in request.topics))
 
     def answer(topic: str, p) -> Struct:
-        check_current_leader_epoch(p.current_leader_epoch)
         plog = broker.replicas.get_log(topic, p.partition)
-        if 0 <= p.leader_epoch <= LEADER_EPOCH:
-            epoch, end = LEADER_EPOCH, plog.log_end_offset
-        else:
-            epoch, end = -1, -1
+        check_current_leader_epoch(p.current_leader_epoch, plog.leader_epoch)
+        epoch, end = plog.end_offset_for_epoch(p.leader_epoch)
         return Struct(error_code=0, partition=p.partition, leader_epoch=epoch, end_offset=end)
 
     def failed(p, code: ErrorCode) -> Struct:

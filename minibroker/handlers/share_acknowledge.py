@@ -61,6 +61,6 @@ def handle_share_acknowledge(broker, header, request):
     if epoch == FINAL_EPOCH:
         sessions.close(group_id, member_id)
     rows = {key: Struct(partition_index=key[1], error_code=int(code), error_message=message,
-                        current_leader=share.current_leader(broker, code))
+                        current_leader=share.current_leader(broker, code, names.name(key[0]), key[1]))
             for key, (code, message) in results.items()}
     return _response(responses=share.grouped(rows), lock_ms=share.lock_timeout_ms(broker, group_id))

@@ -158,10 +158,11 @@ class ShareFetchPlan:
 
     # -- acquiring --------------------------------------------------------------------------------
 
-    def _row(self, partition: int, error=ErrorCode.NONE, message=None, records=EMPTY, runs=()) -> Struct:
+    def _row(self, partition: int, error=ErrorCode.NONE, message=None, records=EMPTY, runs=(),
+             topic: str | None = None) -> Struct:
         return Struct(partition_index=partition, error_code=int(error), error_message=message,
                       acknowledge_error_code=0, acknowledge_error_message=None,
-                      current_leader=current_leader(self.broker, error), records=records,
+                      current_leader=current_leader(self.broker, error, topic, partition), records=records,
                       acquired_records=[Struct(first_offset=f, last_offset=last, delivery_count=c)
                                         for f, last, c in runs])
 
@@ -221,10 +222,10 @@ class ShareFetchPlan:
                 got = manager.acquire(self.group_id, self.member_id, name, partition,
                                       max_records=records_left, max_bytes=bytes_left, strict=self.strict)
             except KafkaError as e:
-                self.rows[key] = self._row(partition, e.code, e.message)
+                self.rows[key] = self._row(partition, e.code, e.message, topic=name)
                 continue
             if got.error:
-                self.rows[key] = self._row(partition, got.error)
+                self.rows[key] = self._row(partition, got.error, topic=name)
                 continue
             if not got.acquired:
                 continue

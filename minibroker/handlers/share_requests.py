@@ -6,7 +6,7 @@ Not a handler module: share_fetch.py and share_acknowledge.py register the APIs.
 from __future__ import annotations
 
 from minibroker.errors import ErrorCode, KafkaError
-from minibroker.handlers.leader_epochs import LEADER_EPOCH
+from minibroker.handlers.leader_epochs import leader_epoch_of
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize, denied
@@ -41,11 +41,12 @@ def check_group_and_member(broker, header, request) -> tuple[str, str]:
     return group_id, member_id
 
 
-def current_leader(broker, error=ErrorCode.NONE) -> Struct:
+def current_leader(broker, error=ErrorCode.NONE, topic: str | None = None, partition: int = -1) -> Struct:
     """A partition's CurrentLeader: -1/-1 unless the error says the client has the wrong leader, as Kafka
-    fills it only for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH."""
+    fills it only for NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (with the partition's epoch)."""
     if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
-        return Struct(leader_id=broker.node_id, leader_epoch=LEADER_EPOCH)
+        epoch = leader_epoch_of(broker, topic, partition) if topic is not None else 0
+        return Struct(leader_id=broker.node_id, leader_epoch=epoch)
     return Struct(leader_id=-1, leader_epoch=-1)
 
 

@@ -5,8 +5,8 @@ Public API for the Produce/Fetch handlers, tools and coordinators:
 
 - ``validate_and_assign(records, *, next_offset, now_ms, config, produce_version, leader_epoch=0,
   is_from_client=True, work_budget=None, cancel=None) -> AppendResult`` with ``AppendConfig``;
-  ``ValidationDeferred`` / ``ValidationCancelled`` and ``rebase(result, next_offset)`` for validation
-  away from the event loop (validator.py)
+  ``ValidationDeferred`` / ``ValidationCancelled`` and ``rebase(result, next_offset, leader_epoch=None)``
+  for validation away from the event loop (validator.py)
 - ``down_convert(data, to_magic, *, first_offset=0) -> bytes`` (convert.py)
 - ``iter_batches(data)`` / ``iter_records(data)`` -> ``Batch`` / ``Record`` (batches.py, record.py)
 - builders: ``v2.build_batch``, ``legacy.build_message_set``, ``build_records``

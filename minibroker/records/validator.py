@@ -1291,23 +1291,27 @@ def _rebuild(ctx: _Ctx, entries: list[_Entry], trimmed: int, *, compressed_path:
 # ---------------------------------------------------------------------------------------------
 
 
-def rebase(result: AppendResult, next_offset: int) -> AppendResult:
+def rebase(result: AppendResult, next_offset: int, leader_epoch: int | None = None) -> AppendResult:
     """``result`` (validated from another ``next_offset``: by a worker thread, while appends went on)
     moved to start at ``next_offset``: the offsets in ``data`` are patched (all outside every CRC)
-    and so are the facts. Not for a magic-0 wrapper, whose inner offsets are absolute and
-    compressed: a magic-0 topic is validated where it is appended."""
+    and so are the facts; with ``leader_epoch``, the v2 batches' partition leader epoch too (also
+    outside the CRC: the partition's epoch may have moved on meanwhile). Not for a magic-0 wrapper,
+    whose inner offsets are absolute and compressed: a magic-0 topic is validated where it is
+    appended."""
     delta = next_offset - result.first_offset
-    if delta == 0 or result.path == AppendPath.EMPTY:
+    if (delta == 0 and leader_epoch is None) or result.path == AppendPath.EMPTY:
         return result
     data = result.data
     if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly):
         data = bytearray(data)
     entries = []
     for e in result.entries:
-        if e.magic == 0 and e.record_count < 0:
+        if e.magic == 0 and e.record_count < 0 and delta:
             raise ValueError("a magic-0 wrapper cannot be rebased")
         if e.magic == 2:
             _PATCH_OFFSET.pack_into(data, e.position, e.base_offset + delta)
+            if leader_epoch is not None:
+                _PATCH_EPOCH.pack_into(data, e.position + v2.PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
         else:
             legacy.set_offset(data, e.position, e.last_offset + delta)
         entries.append(e._replace(base_offset=e.base_offset + delta, last_offset=e.last_offset + delta))

@@ -10,7 +10,10 @@ are tried in the order they were added; the first that matches acts):
   matching partitions fail, the others are handled as usual), else the response's top-level
   ``error_code``. ``after_handling``: the request is handled for real first (a Produce is written),
   then its answer carries the error (a Produce answered REQUEST_TIMED_OUT after the write);
-  ``bump_leader_epoch`` also raises the matched partitions' leader epoch as Metadata shows it;
+  ``bump_leader_epoch`` also starts a new leader epoch on each matched partition, at its log end
+  offset, as a leader election would (``PartitionLog.start_leader_epoch``: Metadata shows it, the
+  batches appended from then on carry it, ``leader-epoch-checkpoint`` keeps it, so it survives a
+  restart, and OffsetForLeaderEpoch answers from it);
 - ``offline``: the matched partitions have no leader while the rule lives: Metadata answers them
   LEADER_NOT_AVAILABLE with no leader, the partitioned APIs NOT_LEADER_OR_FOLLOWER (or ``error``);
 - ``drop``: close the connection ``before`` handling or ``after`` (handled, never answered);
@@ -21,9 +24,9 @@ are tried in the order they were added; the first that matches acts):
   A delayed or held request is handled after the wait, from its own copy of the frame.
 
 Single node, honestly: no leader ever moves, so a client told NOT_LEADER_OR_FOLLOWER or NOT_COORDINATOR
-finds this node again and retries here, as it would after a real move. Owner of: the rules, the held
-requests and the leader epoch bumps; used from the event loop only (``BrokerRunner`` and the HTTP API
-call in on it).
+finds this node again and retries here, as it would after a real move. Owner of: the rules and the held
+requests (a bumped leader epoch belongs to the partition's log); used from the event loop only
+(``BrokerRunner`` and the HTTP API call in on it).
 """
 
 from __future__ import annotations
@@ -90,8 +93,6 @@ PARTITIONED_UP_TO = {9: 7, 24: 3}  # later versions of these nest their topics u
 # The coordinator's own errors are whole-request answers, even where partitions could carry them.
 COORDINATOR_ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                 ErrorCode.COORDINATOR_NOT_AVAILABLE})
-# Request fields that carry leader epochs the client learnt from Metadata (bumped by a rule).
-_EPOCH_CHECKED = {1: "current_leader_epoch", 2: "current_leader_epoch", 23: "current_leader_epoch"}
 
 
 def api_key_of(value) -> int:
@@ -494,10 +495,6 @@ class FaultInjector:
     def __init__(self, broker):
         self.broker = broker
         self.rules: list[FaultRule] = []
-        self.epoch_bumps: dict[tuple[str, int], int] = {}  # (topic, partition) -> leader epoch added
-        # (topic, partition) -> [(epoch, start offset)], as a Kafka leader's epoch cache: each bump starts
-        # an epoch at the log end offset of that moment (OffsetForLeaderEpoch answers from it)
-        self.epoch_starts: dict[tuple[str, int], list[tuple[int, int]]] = {}
         self.engaged = False
         self._ids = itertools.count(1)
         self._random = random.Random()
@@ -543,7 +540,7 @@ class FaultInjector:
         return released
 
     def _update(self) -> None:
-        self.engaged = bool(self.rules or self.epoch_bumps)
+        self.engaged = bool(self.rules)
 
     # -- the request path ---------------------------------------------------------------------------
 
@@ -595,16 +592,10 @@ class FaultInjector:
 
     def handler_for(self, conn, header, request, fn, frame, body_pos):
         """What the connection calls in place of the handler ``fn`` for this request: ``fn`` itself
-        when no rule matches (and no leader epoch was bumped)."""
+        when no rule matches."""
         api_key, version = header.api_key, header.api_version
         names = request_partitions(api_key, version, request, self._topic_name)
-        rule = self._first_match(header, request, names) if self.rules else None
-        overlay = self._overlay_for(api_key, names)
-        if rule is None and not overlay:
-            return fn
-        if overlay:
-            self._lower_request_epochs(api_key, request)
-            fn = self._with_overlay(fn, api_key)
+        rule = self._first_match(header, request, names)
         if rule is None:
             return fn
         rule.matched += 1
@@ -650,10 +641,7 @@ class FaultInjector:
         if rule.bump_leader_epoch:
             for topic, partition in names:
                 if topic is not None and partition is not None and self._names(rule, topic, partition):
-                    key = (topic, partition)
-                    self.epoch_bumps[key] = self.epoch_bumps.get(key, 0) + 1
-                    self._start_epoch(key, self.epoch_bumps[key])
-            self._update()
+                    self._bump_leader_epoch(rule, topic, partition)
         if action == "offline":
             return self._erring(rule, conn, fn, code)
         if rule.after_handling:
@@ -713,86 +701,16 @@ class FaultInjector:
 
         return erring
 
-    # -- leader epochs and offline partitions as Metadata shows them ----------------------------------
+    # -- leader epochs and offline partitions ---------------------------------------------------------
 
-    def _overlay_for(self, api_key: int, names) -> bool:
-        if api_key in (3, 75):
-            return bool(self.epoch_bumps)
-        bumps = self.epoch_bumps
-        return bool(bumps) and api_key in _EPOCH_CHECKED and any(n in bumps for n in names)
-
-    def _lower_request_epochs(self, api_key: int, request) -> None:
-        """A client that learnt a bumped epoch names it; the handlers know that epoch less the bump."""
-        field_name = _EPOCH_CHECKED.get(api_key)
-        path = PARTITIONED.get(api_key)
-        if field_name is None or path is None:
-            return
-        for topic in getattr(request, path.req_topics) or ():
-            name = _topic_of(topic, path.req_name, self._topic_name)
-            for p in getattr(topic, path.req_partitions) or ():
-                bump = self.epoch_bumps.get((name, getattr(p, path.req_index)), 0)
-                epoch = getattr(p, field_name, -1)
-                if bump and epoch >= bump:
-                    setattr(p, field_name, epoch - bump)
-
-    def _log_end(self, key: tuple[str, int]) -> int:
+    def _bump_leader_epoch(self, rule: FaultRule, topic: str, partition: int) -> None:
+        """A leader election on one node: the partition's log starts its next leader epoch (persisted)."""
         try:
-            return self.broker.replicas.get_log(*key).log_end_offset
-        except KafkaError:
-            return 0
-
-    def _start_epoch(self, key: tuple[str, int], epoch: int) -> None:
-        start = self._log_end(key)
-        # a new epoch replaces the entries that start at or after it, as Kafka's cache assigns one
-        kept = [(e, s) for e, s in self.epoch_starts.get(key, [(0, 0)]) if s < start]
-        self.epoch_starts[key] = [*kept, (epoch, start)]
-
-    def end_offset_for(self, key: tuple[str, int], requested: int) -> tuple[int, int]:
-        """(epoch, end offset) for a requested leader epoch of a bumped partition, as Kafka's
-        ``LeaderEpochFileCache.endOffsetFor`` answers: the current epoch ends at the log end offset, an
-        older one where the next known epoch starts."""
-        entries = self.epoch_starts[key]
-        if requested < 0:
-            return -1, -1
-        if requested == entries[-1][0]:
-            return requested, self._log_end(key)
-        higher = next(((e, s) for e, s in entries if e > requested), None)
-        if higher is None:
-            return -1, -1
-        floor = [e for e, _ in entries if e <= requested]
-        return (floor[-1] if floor else requested), higher[1]
-
-    def _with_overlay(self, fn, api_key: int):
-        if api_key == 23:
-            return self._epoch_answers(fn)
-        if api_key not in (3, 75):
-            return fn
-
-        def overlay(header, response):
-            for topic in response.topics or ():
-                for p in topic.partitions or ():
-                    bump = self.epoch_bumps.get((topic.name, p.partition_index), 0)
-                    if bump:
-                        p.leader_epoch = (p.leader_epoch or 0) + bump
-            return response
-
-        return _then(fn, overlay)
-
-    def _epoch_answers(self, fn):
-        def answered(broker, header, request):
-            asked = {(t.topic, p.partition): p.leader_epoch for t in request.topics for p in t.partitions}
-
-            def overlay(header, response):
-                for topic in response.topics or ():
-                    for p in topic.partitions or ():
-                        key = (topic.topic, p.partition)
-                        if p.error_code == 0 and key in self.epoch_starts and key in asked:
-                            p.leader_epoch, p.end_offset = self.end_offset_for(key, asked[key])
-                return response
-
-            return _then(fn, overlay)(broker, header, request)
-
-        return answered
+            epoch = self.broker.replicas.get_log(topic, partition).start_leader_epoch()
+        except KafkaError as e:  # not here, or its dir failed: nothing to elect
+            log.warning("fault rule %d: no leader epoch bump for %s-%d: %s", rule.id, topic, partition, e)
+            return
+        log.info("fault rule %d: %s-%d is at leader epoch %d", rule.id, topic, partition, epoch)
 
     @staticmethod
     def _offline_metadata(response, rule: FaultRule):

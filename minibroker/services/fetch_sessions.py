@@ -19,12 +19,17 @@ FINAL_EPOCH = -1
 
 
 class SessionPartition:
-    __slots__ = ("topic_id", "fetch_offset", "max_bytes", "high_watermark", "log_start_offset")
+    __slots__ = ("topic_id", "fetch_offset", "max_bytes", "leader_epoch", "last_fetched_epoch",
+                 "high_watermark", "log_start_offset")
 
-    def __init__(self, topic_id: bytes, fetch_offset: int, max_bytes: int):
+    def __init__(self, topic_id: bytes, fetch_offset: int, max_bytes: int, leader_epoch: int = -1,
+                 last_fetched_epoch: int = -1):
         self.topic_id = topic_id
         self.fetch_offset = fetch_offset
         self.max_bytes = max_bytes
+        # as the client last sent them (Kafka's CachedPartition keeps both): -1 is "no check"
+        self.leader_epoch = leader_epoch
+        self.last_fetched_epoch = last_fetched_epoch
         # what the last response told the client, to send the partition again only when it changes
         self.high_watermark = -1
         self.log_start_offset = -1

@@ -301,7 +301,7 @@ class ReplicaManager:
                 now_ms=now_ms,
                 config=config,
                 produce_version=produce_version,
-                leader_epoch=0,
+                leader_epoch=plog.leader_epoch,
                 is_from_client=from_client,
                 work_budget=work_budget,
             )
@@ -337,6 +337,7 @@ class ReplicaManager:
         plog = self.get_log(topic, partition)
         config = self._append_config(topic, partition, plog)
         sent = _sent_bytes(records)
+        epoch = plog.leader_epoch
         cancel = threading.Event()
         work = functools.partial(
             _validate_and_assign(),
@@ -345,7 +346,7 @@ class ReplicaManager:
             now_ms=now_ms,
             config=config,
             produce_version=produce_version,
-            leader_epoch=0,
+            leader_epoch=epoch,
             is_from_client=from_client,
             cancel=cancel,
         )
@@ -363,7 +364,9 @@ class ReplicaManager:
             cancel.set()  # cancelled or done: either way the worker need not go on
             self._cancels.discard(cancel)
         plog = self.get_log(topic, partition)  # deleted meanwhile: UNKNOWN_TOPIC_OR_PARTITION
-        return self._append_validated(topic, partition, plog, rebase(result, plog.log_end_offset),
+        moved_on = plog.leader_epoch if plog.leader_epoch != epoch else None  # a new epoch began meanwhile
+        return self._append_validated(topic, partition, plog,
+                                      rebase(result, plog.log_end_offset, moved_on),
                                       produce_version, sent, from_client=from_client,
                                       sent_len=len(records))
 
@@ -488,7 +491,7 @@ class ReplicaManager:
         # LogAppendTime on such topics), as Kafka's LogValidator does for the coordinator.
         result = _validate_and_assign()(
             bytearray(marker), next_offset=plog.log_end_offset, now_ms=now_ms, config=config,
-            produce_version=PRODUCE_VERSION_FOR_MARKERS, leader_epoch=0, is_from_client=False,
+            produce_version=PRODUCE_VERSION_FOR_MARKERS, leader_epoch=plog.leader_epoch, is_from_client=False,
         )
         _write(plog, result)
         feed = self.broker.append_feed

@@ -6,8 +6,15 @@ done off the loop is the fsync of sealed segments, driven by ``LogManager`` thro
 ``sealed_unflushed`` / ``mark_flushed``.
 
 Offsets: ``log_start_offset`` <= every readable offset < ``log_end_offset`` (LEO). On one node
-the high watermark is the LEO. Leader epoch is always 0; ``leader-epoch-checkpoint`` records
-``0 <first offset appended>``.
+the high watermark is the LEO.
+
+Leader epochs (storage/leader_epoch_cache.py, Kafka's ``LeaderEpochFileCache``): ``leader_epoch`` is
+the partition's current epoch, stamped by the replica manager into every batch it appends; a new log is
+at epoch 0, and ``start_leader_epoch`` begins the next one at the log end offset, as Kafka's
+``Partition.makeLeader`` does after an election. The cache (``leader-epoch-checkpoint``) holds where
+each epoch started: the current one from its start (epoch 0 from the first append), the older ones as
+long as the log holds their offsets (truncated with the log). Recovery after a crash adds the epochs
+its re-read batches start, as Kafka's segment recovery does.
 
 Producer state (``producer_state``, storage/producer_state.py): loaded on first use, as Kafka's
 ``UnifiedLog`` keeps its ``ProducerStateManager``. A snapshot of it is written at every roll, named
@@ -34,6 +41,7 @@ from minibroker.protocol.file_region import FileRegion
 from minibroker.records.framing import EntryInfo, scan_entries
 from minibroker.storage import checkpoints
 from minibroker.storage import producer_state as ps
+from minibroker.storage.leader_epoch_cache import LeaderEpochCache
 from minibroker.storage.segment import LogSegment
 from minibroker.storage.segment_swap import complete_interrupted_swap
 from minibroker.storage.timestamps import offset_of_max_timestamp, record_at_or_after
@@ -88,7 +96,10 @@ class PartitionLog:
         self._leo = segments[-1].next_offset
         self._log_start = max(log_start_offset, segments[0].base_offset)
         self._recovery_point = min(recovery_point, self._leo)
-        self._epoch_entries = epoch_entries
+        self._epochs = LeaderEpochCache(os.path.join(directory, checkpoints.LEADER_EPOCH_CHECKPOINT),
+                                        epoch_entries)
+        # The current leader epoch; never lowered by a truncation of the cache (an election's epoch stays).
+        self._leader_epoch = max(self._epochs.latest_epoch, 0)
         self._listeners: list[Callable[[PartitionLog], None]] = []
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
@@ -207,6 +218,7 @@ class PartitionLog:
         bases.sort()
         segments: list[LogSegment] = []
         recovered = truncated_total = 0
+        recovered_epochs: list[tuple[int, int]] = []  # (epoch, start) seen in the re-read batches
         reported_tails: set[int] = set()  # bases of segments whose lost tail is already logged
         for i, base in enumerate(bases):
             next_base = bases[i + 1] if i + 1 < len(bases) else None
@@ -238,6 +250,7 @@ class PartitionLog:
                 continue
             result = segment.recover()  # and seals it (trimmed indexes)
             recovered += 1
+            recovered_epochs.extend(result.epoch_starts)
             segments.append(segment)
             if not result.truncated_bytes:
                 continue
@@ -323,6 +336,9 @@ class PartitionLog:
         except checkpoints.CheckpointError as exc:
             log.warning("%s: ignoring %s", name, exc)
             epochs = []
+        if not epochs and segments[-1].next_offset > segments[0].base_offset:
+            # no checkpoint (lost, damaged) for a log with batches: learn the epochs from every batch
+            recovered_epochs = [start for segment in segments for start in segment.leader_epoch_starts()]
         self = cls(
             directory,
             topic,
@@ -340,7 +356,13 @@ class PartitionLog:
         if clean:
             self._recovery_point = self._leo
         self.read_only = read_only
+        for epoch, start in recovered_epochs:  # as Kafka's recovery: only epochs above the latest known
+            if epoch > self._epochs.latest_epoch:
+                self._epochs.assign(epoch, start)
+        self._leader_epoch = max(self._epochs.latest_epoch, self._leader_epoch)
         self._fix_epoch_entries()
+        if self._epochs.entries != epochs and not read_only:  # corrected: a crash left it behind
+            self._write_epoch_checkpoint()
         return self
 
     # ---- properties ---------------------------------------------------------------------------
@@ -370,7 +392,46 @@ class PartitionLog:
 
     @property
     def leader_epoch(self) -> int:
-        return 0
+        """The partition's current leader epoch (stamped into every appended batch)."""
+        return self._leader_epoch
+
+    @property
+    def leader_epochs(self) -> list[tuple[int, int]]:
+        """(epoch, start offset) of each epoch the log holds, oldest first (the checkpoint's entries)."""
+        return self._epochs.entries
+
+    def start_leader_epoch(self, epoch: int | None = None) -> int:
+        """Begin leader epoch ``epoch`` (the next one by default) at the log end offset, as Kafka's
+        ``Partition.makeLeader`` after an election: the cache records it and the checkpoint is written
+        (fsynced) before this returns, so the epoch survives a restart or a crash. Returns the epoch."""
+        epoch = self._leader_epoch + 1 if epoch is None else epoch
+        if epoch <= self._leader_epoch:
+            raise ValueError(f"leader epoch {epoch} is not above {self._leader_epoch}")
+        self._check_writable()
+        if self.read_only:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self._topic}-{self._partition} is read-only")
+        self._epochs.assign(epoch, self._leo)
+        self._leader_epoch = epoch
+        try:
+            self._write_epoch_checkpoint()
+        except OSError as exc:
+            raise self.storage_error(exc, "write leader-epoch-checkpoint") from exc
+        log.info("%s-%d: leader epoch %d starts at offset %d", self._topic, self._partition, epoch, self._leo)
+        return epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (epoch, end offset) as Kafka's ``endOffsetFor`` (leader_epoch_cache.py)."""
+        if self._epochs.latest_epoch != self._leader_epoch:  # epoch 0 before the first append
+            if epoch == self._leader_epoch:
+                return epoch, self._leo
+        return self._epochs.end_offset_for(epoch, self._leo)
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The leader epoch the batch holding ``offset`` was written in (-1 when the cache does not reach
+        back to it); at or past the log end, the current epoch."""
+        if offset >= self._leo:
+            return self._leader_epoch
+        return self._epochs.epoch_for_offset(offset)
 
     @property
     def recovery_point(self) -> int:
@@ -517,9 +578,9 @@ class PartitionLog:
         self._leo = last_offset + 1
         self._unflushed_messages += record_count if record_count > 0 else last_offset - first_offset + 1
         try:  # the records are in the log; a failure from here on still answers an error, as in Kafka
-            if not self._epoch_entries:
-                self._epoch_entries = [(0, first_offset)]
-                self.write_leader_epoch_checkpoint()
+            if self._epochs.latest_epoch != self._leader_epoch:  # the first append of the epoch
+                self._epochs.assign(self._leader_epoch, first_offset)
+                self._write_epoch_checkpoint()
             if self._unflushed_messages >= self._flush_messages or (
                 self._flush_ms < _NEVER and self._now_ms() - self._last_flush_ms >= self._flush_ms
             ):
@@ -904,15 +965,35 @@ class PartitionLog:
             self._start_offset_changed()
 
     def _start_offset_changed(self) -> None:
-        self._fix_epoch_entries()
+        if self._epochs.truncate_from_start(self._log_start):
+            self._try_write_epoch_checkpoint()
         if self.on_log_start_offset_change is not None:
             self.on_log_start_offset_change(self)
 
-    def _fix_epoch_entries(self) -> None:
-        entries = [e for e in self._epoch_entries if e[1] <= self._leo]
-        if entries and entries[0][1] < self._log_start:
-            entries[0] = (entries[0][0], self._log_start)
-        self._epoch_entries = entries
+    def _fix_epoch_entries(self) -> bool:
+        """The cache after the log's ends moved (Kafka's truncateFromEnd, truncateFromStart); the
+        current epoch, if above 0 and lost with the truncated entries, starts again at the log end (an
+        election's epoch is not undone by a truncation). True when the entries changed."""
+        before = self._epochs.entries
+        self._epochs.truncate_from_end(self._leo)
+        self._epochs.truncate_from_start(self._log_start)
+        if self._leader_epoch > 0 and self._epochs.latest_epoch < self._leader_epoch:
+            self._epochs.assign(self._leader_epoch, self._leo)
+        return self._epochs.entries != before
+
+    def _write_epoch_checkpoint(self) -> None:
+        if not self.read_only:
+            self._epochs.write()
+
+    def _try_write_epoch_checkpoint(self) -> None:
+        """After a truncation: a failed write is the dir's failure, reported; the next start corrects a
+        checkpoint left behind (Kafka flushes these asynchronously for the same reason)."""
+        if self.offline_reason is not None:
+            return
+        try:
+            self._write_epoch_checkpoint()
+        except OSError as exc:
+            self.storage_error(exc, "write leader-epoch-checkpoint")
 
     def truncate_to(self, offset: int) -> int:
         """Remove every entry whose last offset >= ``offset`` (a straddling batch goes whole); at or
@@ -941,7 +1022,8 @@ class PartitionLog:
         for snapshot_offset, path in ps.snapshot_files(self.directory):
             if snapshot_offset > self._leo:
                 _remove(path)
-        self._fix_epoch_entries()
+        if self._fix_epoch_entries():
+            self._try_write_epoch_checkpoint()
         return self._leo
 
     def _truncate_fully(self, start: int) -> None:
@@ -968,9 +1050,7 @@ class PartitionLog:
 
     # ---- checkpoints and lifecycle --------------------------------------------------------------
     def write_leader_epoch_checkpoint(self) -> None:
-        checkpoints.write_epoch_checkpoint(
-            os.path.join(self.directory, checkpoints.LEADER_EPOCH_CHECKPOINT), self._epoch_entries
-        )
+        self._epochs.write()
 
     def close(self) -> None:
         """Flush, trim the active segment's indexes, release files. Regions in flight stay valid."""

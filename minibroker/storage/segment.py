@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from minibroker.records.framing import (
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
     V2_HEADER_SIZE,
     EntryInfo,
     entry_crc_valid,
@@ -46,6 +47,7 @@ _SCAN_CHUNK = 16384
 _FIRST_CHUNK = 8192
 _OVERHEAD = struct.Struct(">qi")
 _I32 = struct.Struct(">i")
+_LEADER_EPOCH_AT = 12  # a v2 batch's partitionLeaderEpoch, after baseOffset and batchLength
 _MIN_ENTRY = LOG_OVERHEAD + 14
 _MAX_ENTRY_HEADER = V2_HEADER_SIZE
 
@@ -85,6 +87,8 @@ class RecoveryResult(NamedTuple):
     truncated_bytes: int
     entries: int
     reason: str | None  # why the tail was cut, None when nothing was
+    # (leader epoch, offset) where the kept v2 batches raise their partition leader epoch
+    epoch_starts: tuple[tuple[int, int], ...] = ()
 
 
 class LogSegment:
@@ -246,6 +250,7 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.first_batch_timestamp = None
         position, entries, reason = 0, 0, None
+        epoch_starts: list[tuple[int, int]] = []
         size = self.size
         if size:
             mm = mmap.mmap(self.file.fileno(), size, access=mmap.ACCESS_READ)
@@ -261,6 +266,7 @@ class LogSegment:
                     self._index_entry(
                         info.position, info.size, info.last_offset, info.max_timestamp, info.last_offset
                     )
+                    _note_epoch_start(mm, position, info.base_offset, epoch_starts)
                     prev_last = info.last_offset
                     position += info.size
                     entries += 1
@@ -275,7 +281,21 @@ class LogSegment:
         if not self.active:
             self.seal()
         self.flushed = not truncated
-        return RecoveryResult(position, truncated, entries, reason)
+        return RecoveryResult(position, truncated, entries, reason, tuple(epoch_starts))
+
+    def leader_epoch_starts(self) -> list[tuple[int, int]]:
+        """(leader epoch, base offset) of each v2 batch that raises the partition leader epoch over
+        the batches before it in this segment: what a leader epoch cache learns from the segment."""
+        starts: list[tuple[int, int]] = []
+        if not self.size:
+            return starts
+        mm = mmap.mmap(self.file.fileno(), self.size, access=mmap.ACCESS_READ)
+        try:
+            for info in self.iter_entries(0):
+                _note_epoch_start(mm, info.position, info.base_offset, starts)
+        finally:
+            mm.close()
+        return starts
 
     # ---- appending ----------------------------------------------------------------------------
     def append(
@@ -562,6 +582,15 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
+
+
+def _note_epoch_start(buf, position: int, base_offset: int, starts: list[tuple[int, int]]) -> None:
+    """As Kafka's segment recovery feeds its epoch cache: a v2 batch whose partition leader epoch
+    (bytes 12-15, outside the CRC) is above the last noted one starts that epoch."""
+    if buf[position + MAGIC_OFFSET] >= 2:
+        epoch = _I32.unpack_from(buf, position + _LEADER_EPOCH_AT)[0]
+        if epoch >= 0 and (not starts or epoch > starts[-1][0]):
+            starts.append((epoch, base_offset))
 
 
 def _entry_problem(

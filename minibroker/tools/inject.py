@@ -37,7 +37,7 @@ _RULE_FLAGS = (
 )
 _RULE_SWITCHES = (
     ("--after-handling", "after_handling", "handle the request for real, then answer with --error"),
-    ("--bump-leader-epoch", "bump_leader_epoch", "raise the matched partitions' leader epoch in Metadata"),
+    ("--bump-leader-epoch", "bump_leader_epoch", "start the matched partitions' next leader epoch"),
     ("--hold", "hold", "hold requests until released (release ID)"),
 )
 

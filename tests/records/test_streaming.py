@@ -352,12 +352,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("magic, codec, config", CASES)
-def test_rebase_equals_validating_at_the_real_offset(magic, codec, config):
+def five_records(magic: int, codec) -> bytes:
     rows = [(i, NOW + i * 7, b"k%d" % i, b"v" * i)[: 5 if magic == 2 else 4] for i in range(5)]
     if magic == 2:
         rows = [r + ((),) for r in rows]
-    data = build_records(magic, rows, compression=codec)
+    return build_records(magic, rows, compression=codec)
+
+
+@pytest.mark.parametrize("magic, codec, config", CASES)
+def test_rebase_equals_validating_at_the_real_offset(magic, codec, config):
+    data = five_records(magic, codec)
     version = 9 if magic == 2 else 2
     direct = assign(bytearray(data), config=config, version=version, next_offset=1234)
     moved = rebase(assign(bytearray(data), config=config, version=version, next_offset=0), 1234)
@@ -373,6 +377,16 @@ def test_rebase_equals_validating_at_the_real_offset(magic, codec, config):
         "entries",
     ):
         assert getattr(moved, name) == getattr(direct, name), name
+
+
+@pytest.mark.parametrize("magic, codec, config", CASES)
+@pytest.mark.parametrize("next_offset", [0, 1234])
+def test_rebase_stamps_a_leader_epoch_begun_during_validation(magic, codec, config, next_offset):
+    data = five_records(magic, codec)
+    version = 9 if magic == 2 else 2
+    direct = assign(bytearray(data), config=config, version=version, next_offset=next_offset, leader_epoch=3)
+    validated = assign(bytearray(data), config=config, version=version, next_offset=0, leader_epoch=2)
+    assert bytes(rebase(validated, next_offset, 3).data) == bytes(direct.data)
 
 
 def test_a_magic_0_wrapper_is_not_rebased():
