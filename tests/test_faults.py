@@ -156,6 +156,21 @@ def test_hold_until_released(minibroker, topic_name):
         assert wire.sock.recv(1, socket.MSG_PEEK)  # the answer arrives once released
 
 
+@pytest.mark.parametrize("how", ["remove", "clear"])
+def test_removing_a_rule_releases_what_it_holds(minibroker, topic_name, how):
+    minibroker.create_topic(topic_name)
+    rule = minibroker.inject(api="ListOffsets", topic=topic_name, hold=True)
+    with _wire(minibroker) as wire:
+        wire.send(2, 5, _list_offsets(topic_name))
+        rule.wait_until_matched(1)
+        if how == "remove":
+            rule.remove()
+        else:
+            assert minibroker.faults().clear() == 1
+        wire.sock.settimeout(5)
+        assert wire.sock.recv(1, socket.MSG_PEEK)  # answered: the rule it waited for is gone
+
+
 def test_drop_before_and_after_handling(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     record = minibroker.produce  # our own client: no retries of its own to hide the drop

@@ -520,7 +520,7 @@ class FaultInjector:
         if rule is None:
             return False
         self.rules.remove(rule)
-        self.release(rule_id)  # a removed rule holds nothing back
+        _release_held(rule)  # a removed rule holds nothing back
         self._update()
         log.info("fault rule %d removed after %d matches", rule_id, rule.matched)
         return True
@@ -533,14 +533,7 @@ class FaultInjector:
 
     def release(self, rule_id: int | None = None) -> int:
         """Let the requests a rule holds (every rule's with None) go on; returns how many."""
-        released = 0
-        for rule in self.rules if rule_id is None else [r for r in self.rules if r.id == rule_id]:
-            for waiter in rule.held:
-                if not waiter.done():
-                    waiter.set_result(None)
-                    released += 1
-            rule.held.clear()
-        return released
+        return sum(_release_held(rule) for rule in self.rules if rule_id is None or rule.id == rule_id)
 
     def _update(self) -> None:
         self.engaged = bool(self.rules or self.epoch_bumps)
@@ -806,6 +799,17 @@ class FaultInjector:
                     p.isr_nodes = []
                     p.offline_replicas = list(p.replica_nodes or ())
         return response
+
+
+def _release_held(rule: FaultRule) -> int:
+    """Let the requests ``rule`` holds go on; returns how many."""
+    released = 0
+    for waiter in rule.held:
+        if not waiter.done():
+            waiter.set_result(None)
+            released += 1
+    rule.held.clear()
+    return released
 
 
 def _topic_errors(response, topic: str | None, code: int):
