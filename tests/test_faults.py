@@ -142,6 +142,28 @@ def test_metadata_errors_are_per_topic(minibroker, topic_name):
     assert served.topics[0].error_code == 0 and len(served.topics[0].partitions) == 1
 
 
+@pytest.mark.parametrize("version, request_body", [(0, {"topics": []}), (9, {"topics": None})],
+                         ids=["v0-empty-list", "v9-null"])
+def test_a_metadata_request_for_every_topic_names_the_rules_topic(minibroker, topic_name, version,
+                                                                  request_body):
+    minibroker.create_topic(topic_name, 2)
+
+    def mine(answer):
+        return next(t for t in answer.topics if t.name == topic_name)
+
+    with _wire(minibroker) as wire:
+        with minibroker.inject(api="Metadata", topic=topic_name, error="LEADER_NOT_AVAILABLE",
+                               count=1) as rule:
+            failed = mine(wire.request(3, version, request_body))
+            assert rule.matched == 1
+        assert (failed.error_code, failed.partitions) == (ErrorCode.LEADER_NOT_AVAILABLE, [])
+        with minibroker.inject(action="offline", topic=topic_name, partition=1) as rule:
+            offline = mine(wire.request(3, version, request_body))
+            assert rule.matched == 1
+    states = {p.partition_index: (p.error_code, p.leader_id) for p in offline.partitions}
+    assert states[1] == (ErrorCode.LEADER_NOT_AVAILABLE, -1) and states[0][0] == 0 and states[0][1] >= 0
+
+
 def test_hold_until_released(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     with minibroker.inject(api="ListOffsets", topic=topic_name, hold=True) as rule, _wire(minibroker) as wire:

@@ -328,6 +328,14 @@ def request_partitions(api_key: int, version: int, request, topic_name) -> list[
     return out
 
 
+def asks_every_topic(api_key: int, version: int, request) -> bool:
+    """A Metadata request for every topic (null topics; v0: an empty list) or a DescribeTopicPartitions
+    naming none, which is the same question."""
+    if api_key == 3:
+        return request.topics is None or (version == 0 and not request.topics)
+    return api_key == 75 and not request.topics
+
+
 def _topic_of(topic, name_field: str, topic_name) -> str | None:
     name = getattr(topic, name_field, None)
     if not name:  # a version that names topics by id ("" or None here)
@@ -591,6 +599,8 @@ class FaultInjector:
         when no rule matches (and no leader epoch was bumped)."""
         api_key, version = header.api_key, header.api_version
         names = request_partitions(api_key, version, request, self._topic_name)
+        if not names and asks_every_topic(api_key, version, request):  # a rule's topic is among them
+            names = [(name, None) for name in self.broker.logs.topics]
         rule = self._first_match(header, request, names) if self.rules else None
         overlay = self._overlay_for(api_key, names)
         if rule is None and not overlay:
