@@ -193,6 +193,25 @@ def test_removing_a_rule_releases_what_it_holds(minibroker, topic_name, how):
         assert wire.sock.recv(1, socket.MSG_PEEK)  # answered: the rule it waited for is gone
 
 
+def test_a_rule_that_fails_closes_its_connection_and_the_broker_serves_on(minibroker_factory, topic_name,
+                                                                           monkeypatch):
+    broker = minibroker_factory()
+    broker.create_topic(topic_name)
+
+    def broken(*args):
+        raise RuntimeError("a broken rule")
+
+    monkeypatch.setattr(broker.broker.faults, "handler_for", broken)
+    with broker.inject(api="ListOffsets", topic=topic_name, error="KAFKA_STORAGE_ERROR"):
+        with _wire(broker, timeout=5) as wire, pytest.raises(OSError, match="closed by broker"):
+            wire.request(2, 5, _list_offsets(topic_name))
+        monkeypatch.undo()
+        with _wire(broker) as wire:  # a new connection is served (by the rule, now whole again)
+            answer = wire.request(2, 5, _list_offsets(topic_name))
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "ListOffsets v5 handler failed; closing" in broker.log_text()
+
+
 def test_drop_before_and_after_handling(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     record = minibroker.produce  # our own client: no retries of its own to hide the drop

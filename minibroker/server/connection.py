@@ -538,9 +538,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return self._violation(f"undecodable {handler.name} v{version}: {e}")
         fn = handler.fn
         faults = self.broker.faults  # minibroker/server/faults.py, with fault.injection.enable=true
-        if faults is not None and faults.engaged:
-            fn = faults.handler_for(self, header, request, fn, frame, body_pos)
         try:
+            if faults is not None and faults.engaged:
+                fn = faults.handler_for(self, header, request, fn, frame, body_pos)
             result = fn(self.broker, header, request)
         except CloseConnection as e:
             return self._violation(f"{handler.name}: {e}")
