@@ -319,6 +319,22 @@ def test_stop_reading_and_throttle(minibroker, topic_name):
             assert [c.throttled for c in list(minibroker.broker.connections) if c.peer[1] == port] == [True]
 
 
+def test_a_stalled_connection_holds_no_request_queue_slots(minibroker_factory, topic_name):
+    from minibroker.protocol import codec
+
+    broker = minibroker_factory({"queued.max.requests": "2"})
+    broker.create_topic(topic_name)
+    with broker.inject(api="ListOffsets", client_id="stalled", action="stop_reading") as rule, \
+            _wire(broker) as stalled, _wire(broker) as other:
+        # three requests in one write: the first stalls the connection, two were read behind it
+        stalled.sock.sendall(b"".join(codec.encode_request(2, 5, n, _list_offsets(topic_name), "stalled")
+                                      for n in (1, 2, 3)))
+        rule.wait_until_matched(1)
+        # queued, those two would hold both slots of queued.max.requests and no one else would be served
+        assert other.request(3, 9, {"topics": [{"name": topic_name}]}).topics[0].error_code == 0
+        assert rule.matched == 1
+
+
 def test_a_bumped_leader_epoch_and_an_offline_partition_show_in_metadata(minibroker, topic_name):
     minibroker.create_topic(topic_name, 2)
     metadata = {"topics": [{"name": topic_name}], "allow_auto_topic_creation": False}
