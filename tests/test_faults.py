@@ -864,6 +864,48 @@ def test_http_api_answers(http_broker):
     assert api.release() == 0 and api.clear() == 1 and api.get(rule["id"]) is None
 
 
+def _http_exchange(url: str, raw: bytes, timeout: float = 15) -> bytes:
+    """Send ``raw`` to the HTTP server at ``url``; everything it answers until it closes."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def _post(path: str, body: bytes, content_type: str | None) -> bytes:
+    headers = f"Content-Type: {content_type}\r\n" if content_type is not None else ""
+    return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Content-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x"])
+def test_http_api_takes_rules_only_as_json(http_broker, content_type):
+    # what a web page may POST across origins without a CORS preflight: refused, no rule added
+    rule = json.dumps({"api": "Heartbeat", "error": "REBALANCE_IN_PROGRESS"}).encode()
+    answer = _http_exchange(http_broker.metrics_url, _post("/faults/rules", rule, content_type))
+    assert answer.startswith(b"HTTP/1.1 415 ")
+    release = _http_exchange(http_broker.metrics_url, _post("/faults/release", b"", content_type))
+    assert release.startswith(b"HTTP/1.1 415 ")
+    assert FaultsHttp(http_broker.metrics_url).rules() == []
+    added = _http_exchange(http_broker.metrics_url, _post("/faults/rules", rule,
+                                                          "Application/JSON; charset=utf-8"))
+    assert added.startswith(b"HTTP/1.1 201 ")
+    assert FaultsHttp(http_broker.metrics_url).clear() == 1
+
+
+def test_http_api_gives_up_on_a_body_that_never_comes(minibroker_factory, monkeypatch):
+    monkeypatch.setattr("minibroker.server.metrics_http.HEAD_TIMEOUT", 0.5)
+    broker = minibroker_factory({"metrics.port": "0"})
+    head = (b"POST /faults/rules HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{")
+    assert _http_exchange(broker.metrics_url, head) == b""  # closed unanswered, not held open
+    assert FaultsHttp(broker.metrics_url).rules() == []
+
+
 def test_process_mode_fixture_injects_over_http(minibroker_factory, topic_name):
     broker = minibroker_factory(mode="process")
     broker.create_topic(topic_name)
