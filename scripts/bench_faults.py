@@ -46,7 +46,8 @@ RECORD_SIZE, PER_BATCH = 100, 10
 
 def _rule_elsewhere(port: int) -> None:
     body = json.dumps({"api": "Produce", "topic": "elsewhere", "error": "KAFKA_STORAGE_ERROR"}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/faults/rules", data=body, method="POST")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/faults/rules", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
     urllib.request.urlopen(request, timeout=10).close()
 
 

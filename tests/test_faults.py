@@ -117,6 +117,81 @@ def test_topics_named_by_id_match_by_name(minibroker, topic_name):
     assert codes == [(0, 0), (1, ErrorCode.KAFKA_STORAGE_ERROR)]
 
 
+def _session_fetch(topic: str, session_id: int, epoch: int, offsets: dict[int, int],
+                   max_wait_ms: int = 0) -> dict:
+    """A Fetch v12 body: a full one (epoch 0) or an incremental one naming ``offsets`` (partition: offset)."""
+    return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": p, "fetch_offset": offset, "current_leader_epoch": -1, "log_start_offset": -1,
+                 "partition_max_bytes": 1 << 20} for p, offset in offsets.items()]}] if offsets else [],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def _fetched(answer) -> dict[int, tuple[int, int, bool]]:
+    """partition: (error code, high watermark, records present) of a Fetch answer."""
+    return {p.partition_index: (p.error_code, p.high_watermark, len(p.records or b"") > 0)
+            for t in answer.responses for p in t.partitions}
+
+
+def test_a_fetch_error_keeps_the_partition_in_the_fetch_session(minibroker, topic_name):
+    minibroker.create_topic(topic_name, 2)
+    minibroker.produce(topic_name, [b"a"], partition=0)
+    minibroker.produce(topic_name, [b"b"], partition=1)
+    with _wire(minibroker) as wire:
+        with minibroker.inject(api="Fetch", topic=topic_name, partition=1, error="NOT_LEADER_OR_FOLLOWER",
+                               count=1) as rule:
+            full = wire.request(1, 12, _session_fetch(topic_name, 0, 0, {0: 0, 1: 0}))
+            assert rule.matched == 1
+        assert full.error_code == 0 and full.session_id != 0
+        assert _fetched(full) == {0: (0, 1, True), 1: (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, False)}
+        # the client asks again from the same offsets: an incremental fetch names no partition
+        again = wire.request(1, 12, _session_fetch(topic_name, full.session_id, 1, {}))
+    assert again.error_code == 0 and _fetched(again) == {0: (0, 1, True), 1: (0, 1, True)}
+
+
+def test_a_fetch_rule_matches_the_partitions_of_an_incremental_fetch_session(minibroker, topic_name):
+    minibroker.create_topic(topic_name, 2)
+    minibroker.produce(topic_name, [b"a"], partition=0)
+    minibroker.produce(topic_name, [b"b"], partition=1)
+    with _wire(minibroker) as wire:
+        full = wire.request(1, 12, _session_fetch(topic_name, 0, 0, {0: 1, 1: 1}))  # caught up
+        assert _fetched(full) == {0: (0, 1, False), 1: (0, 1, False)}
+        with minibroker.inject(api="Fetch", topic=topic_name, partition=1, error="KAFKA_STORAGE_ERROR",
+                               count=1) as rule:
+            # names no partition, and would wait 10 s for a record: the error answers it at once
+            failed = wire.request(1, 12, _session_fetch(topic_name, full.session_id, 1, {},
+                                                        max_wait_ms=10_000))
+            assert rule.matched == 1
+        assert _fetched(failed) == {1: (ErrorCode.KAFKA_STORAGE_ERROR, -1, False)}
+        # told an error, the client hears of the partition again in the next answer
+        healed = wire.request(1, 12, _session_fetch(topic_name, full.session_id, 2, {}))
+    assert _fetched(healed) == {1: (0, 1, False)}
+
+
+def test_kafka_python_consumes_on_after_a_fetch_error_on_one_partition(minibroker, topic_name):
+    from kafka import KafkaConsumer, TopicPartition
+
+    minibroker.create_topic(topic_name, 2)
+    for partition in (0, 1):
+        minibroker.produce(topic_name, [f"{partition}-{i}".encode() for i in range(3)], partition=partition)
+    consumer = KafkaConsumer(bootstrap_servers=minibroker.bootstrap_servers, auto_offset_reset="earliest",
+                             enable_auto_commit=False, fetch_max_wait_ms=50, retry_backoff_ms=10)
+    seen: list[bytes] = []
+    try:
+        # the consumer's first fetch (the one that opens its fetch session) fails on partition 1
+        with minibroker.inject(api="Fetch", topic=topic_name, partition=1, error="NOT_LEADER_OR_FOLLOWER",
+                               count=1) as rule:
+            consumer.assign([TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)])
+            deadline = time.monotonic() + 15
+            while len(seen) < 6 and time.monotonic() < deadline:
+                seen += [r.value for records in consumer.poll(timeout_ms=200).values() for r in records]
+            assert rule.matched == 1
+    finally:
+        consumer.close()
+    assert sorted(seen) == [b"0-0", b"0-1", b"0-2", b"1-0", b"1-1", b"1-2"]
+
+
 def test_a_top_level_error_and_a_client_id_filter(minibroker):
     body = {"key": "g-faults", "key_type": 0}
     with minibroker.inject(api="FindCoordinator", client_id="victim", error="COORDINATOR_NOT_AVAILABLE"):
@@ -142,6 +217,28 @@ def test_metadata_errors_are_per_topic(minibroker, topic_name):
     assert served.topics[0].error_code == 0 and len(served.topics[0].partitions) == 1
 
 
+@pytest.mark.parametrize("version, request_body", [(0, {"topics": []}), (9, {"topics": None})],
+                         ids=["v0-empty-list", "v9-null"])
+def test_a_metadata_request_for_every_topic_names_the_rules_topic(minibroker, topic_name, version,
+                                                                  request_body):
+    minibroker.create_topic(topic_name, 2)
+
+    def mine(answer):
+        return next(t for t in answer.topics if t.name == topic_name)
+
+    with _wire(minibroker) as wire:
+        with minibroker.inject(api="Metadata", topic=topic_name, error="LEADER_NOT_AVAILABLE",
+                               count=1) as rule:
+            failed = mine(wire.request(3, version, request_body))
+            assert rule.matched == 1
+        assert (failed.error_code, failed.partitions) == (ErrorCode.LEADER_NOT_AVAILABLE, [])
+        with minibroker.inject(action="offline", topic=topic_name, partition=1) as rule:
+            offline = mine(wire.request(3, version, request_body))
+            assert rule.matched == 1
+    states = {p.partition_index: (p.error_code, p.leader_id) for p in offline.partitions}
+    assert states[1] == (ErrorCode.LEADER_NOT_AVAILABLE, -1) and states[0][0] == 0 and states[0][1] >= 0
+
+
 def test_hold_until_released(minibroker, topic_name):
     minibroker.create_topic(topic_name)
     with minibroker.inject(api="ListOffsets", topic=topic_name, hold=True) as rule, _wire(minibroker) as wire:
@@ -154,6 +251,40 @@ def test_hold_until_released(minibroker, topic_name):
         assert rule.release() == 1
         wire.sock.settimeout(5)
         assert wire.sock.recv(1, socket.MSG_PEEK)  # the answer arrives once released
+
+
+@pytest.mark.parametrize("how", ["remove", "clear"])
+def test_removing_a_rule_releases_what_it_holds(minibroker, topic_name, how):
+    minibroker.create_topic(topic_name)
+    rule = minibroker.inject(api="ListOffsets", topic=topic_name, hold=True)
+    with _wire(minibroker) as wire:
+        wire.send(2, 5, _list_offsets(topic_name))
+        rule.wait_until_matched(1)
+        if how == "remove":
+            rule.remove()
+        else:
+            assert minibroker.faults().clear() == 1
+        wire.sock.settimeout(5)
+        assert wire.sock.recv(1, socket.MSG_PEEK)  # answered: the rule it waited for is gone
+
+
+def test_a_rule_that_fails_closes_its_connection_and_the_broker_serves_on(minibroker_factory, topic_name,
+                                                                           monkeypatch):
+    broker = minibroker_factory()
+    broker.create_topic(topic_name)
+
+    def broken(*args):
+        raise RuntimeError("a broken rule")
+
+    monkeypatch.setattr(broker.broker.faults, "handler_for", broken)
+    with broker.inject(api="ListOffsets", topic=topic_name, error="KAFKA_STORAGE_ERROR"):
+        with _wire(broker, timeout=5) as wire, pytest.raises(OSError, match="closed by broker"):
+            wire.request(2, 5, _list_offsets(topic_name))
+        monkeypatch.undo()
+        with _wire(broker) as wire:  # a new connection is served (by the rule, now whole again)
+            answer = wire.request(2, 5, _list_offsets(topic_name))
+            assert answer.topics[0].partitions[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "ListOffsets v5 handler failed; closing" in broker.log_text()
 
 
 def test_drop_before_and_after_handling(minibroker, topic_name):
@@ -186,6 +317,22 @@ def test_stop_reading_and_throttle(minibroker, topic_name):
         if minibroker.broker is not None:  # in-process: the connection is muted, as a quota mutes it
             port = wire.sock.getsockname()[1]
             assert [c.throttled for c in list(minibroker.broker.connections) if c.peer[1] == port] == [True]
+
+
+def test_a_stalled_connection_holds_no_request_queue_slots(minibroker_factory, topic_name):
+    from minibroker.protocol import codec
+
+    broker = minibroker_factory({"queued.max.requests": "2"})
+    broker.create_topic(topic_name)
+    with broker.inject(api="ListOffsets", client_id="stalled", action="stop_reading") as rule, \
+            _wire(broker) as stalled, _wire(broker) as other:
+        # three requests in one write: the first stalls the connection, two were read behind it
+        stalled.sock.sendall(b"".join(codec.encode_request(2, 5, n, _list_offsets(topic_name), "stalled")
+                                      for n in (1, 2, 3)))
+        rule.wait_until_matched(1)
+        # queued, those two would hold both slots of queued.max.requests and no one else would be served
+        assert other.request(3, 9, {"topics": [{"name": topic_name}]}).topics[0].error_code == 0
+        assert rule.matched == 1
 
 
 def test_a_bumped_leader_epoch_and_an_offline_partition_show_in_metadata(minibroker, topic_name):
@@ -469,17 +616,14 @@ def test_other_consumers_on_offset_out_of_range(minibroker, topic_name, client):
                 consumer.assign([TopicPartition(topic_name, 0, 2)])
                 seen = []
                 deadline = time.monotonic() + 15
-                while len(seen) < 2 and time.monotonic() < deadline:
+                while len(seen) < 4 and time.monotonic() < deadline:
                     message = consumer.poll(0.2)
                     if message is not None and message.error() is None:
                         seen.append(message.offset())
             finally:
                 consumer.close()
         assert rule.matched == 1
-    if client == "aiokafka":
-        assert seen == [0, 1, 2, 3]  # told its offset 2 is out of range, it starts again from the first
-    else:  # librdkafka 2.x goes on from offset 2 after the one OFFSET_OUT_OF_RANGE: no reset
-        assert seen[:2] == [2, 3]
+    assert seen == [0, 1, 2, 3]  # told its offset 2 is out of range, it starts again from the first
 
 
 def test_recipe_a_stalled_broker_and_the_clients_request_timeout(minibroker, topic_name):
@@ -732,6 +876,48 @@ def test_http_api_answers(http_broker):
     with pytest.raises(FaultApiError, match="400: unknown rule keys"):
         api.add({"api": "Heartbeat", "eror": 27})
     assert api.release() == 0 and api.clear() == 1 and api.get(rule["id"]) is None
+
+
+def _http_exchange(url: str, raw: bytes, timeout: float = 15) -> bytes:
+    """Send ``raw`` to the HTTP server at ``url``; everything it answers until it closes."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def _post(path: str, body: bytes, content_type: str | None) -> bytes:
+    headers = f"Content-Type: {content_type}\r\n" if content_type is not None else ""
+    return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Content-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x"])
+def test_http_api_takes_rules_only_as_json(http_broker, content_type):
+    # what a web page may POST across origins without a CORS preflight: refused, no rule added
+    rule = json.dumps({"api": "Heartbeat", "error": "REBALANCE_IN_PROGRESS"}).encode()
+    answer = _http_exchange(http_broker.metrics_url, _post("/faults/rules", rule, content_type))
+    assert answer.startswith(b"HTTP/1.1 415 ")
+    release = _http_exchange(http_broker.metrics_url, _post("/faults/release", b"", content_type))
+    assert release.startswith(b"HTTP/1.1 415 ")
+    assert FaultsHttp(http_broker.metrics_url).rules() == []
+    added = _http_exchange(http_broker.metrics_url, _post("/faults/rules", rule,
+                                                          "Application/JSON; charset=utf-8"))
+    assert added.startswith(b"HTTP/1.1 201 ")
+    assert FaultsHttp(http_broker.metrics_url).clear() == 1
+
+
+def test_http_api_gives_up_on_a_body_that_never_comes(minibroker_factory, monkeypatch):
+    monkeypatch.setattr("minibroker.server.metrics_http.HEAD_TIMEOUT", 0.5)
+    broker = minibroker_factory({"metrics.port": "0"})
+    head = (b"POST /faults/rules HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{")
+    assert _http_exchange(broker.metrics_url, head) == b""  # closed unanswered, not held open
+    assert FaultsHttp(broker.metrics_url).rules() == []
 
 
 def test_process_mode_fixture_injects_over_http(minibroker_factory, topic_name):

@@ -286,7 +286,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._end = end
         buf, view, pos = self._buf, self._view, self._start
         need = 4  # bytes the incomplete frame at pos takes in all, once its size is known
-        while end - pos >= 4:
+        while end - pos >= 4 and not self._stalled:  # a stalled connection's later frames stay unread
             size = _SIZE.unpack_from(buf, pos)[0]
             if not 0 < size <= self.max_request_size:
                 self._size_refused(size)
@@ -389,7 +389,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def memory_available(self) -> None:
         """Woken by the pool: reserve the incomplete frame's size and read again."""
-        if self._closed or not self._mem_muted:
+        if self._closed or not self._mem_muted or self._stalled:
             return
         self._mem_muted = False
         if self._end - self._start >= 4 and not self._granted:
@@ -439,6 +439,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._throttle_timer = None
         self._stalled = True
         self._throttled = True
+        # frames read behind the stalled request are never handled: their queue slots and bytes go back
+        self._queue.clear()
+        self._release_memory()
         self._update_reading()
 
     @property
@@ -538,9 +541,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return self._violation(f"undecodable {handler.name} v{version}: {e}")
         fn = handler.fn
         faults = self.broker.faults  # minibroker/server/faults.py, with fault.injection.enable=true
-        if faults is not None and faults.engaged:
-            fn = faults.handler_for(self, header, request, fn, frame, body_pos)
         try:
+            if faults is not None and faults.engaged:
+                fn = faults.handler_for(self, header, request, fn, frame, body_pos)
             result = fn(self.broker, header, request)
         except CloseConnection as e:
             return self._violation(f"{handler.name}: {e}")

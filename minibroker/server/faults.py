@@ -329,6 +329,14 @@ def request_partitions(api_key: int, version: int, request, topic_name) -> list[
     return out
 
 
+def asks_every_topic(api_key: int, version: int, request) -> bool:
+    """A Metadata request for every topic (null topics; v0: an empty list) or a DescribeTopicPartitions
+    naming none, which is the same question."""
+    if api_key == 3:
+        return request.topics is None or (version == 0 and not request.topics)
+    return api_key == 75 and not request.topics
+
+
 def _topic_of(topic, name_field: str, topic_name) -> str | None:
     name = getattr(topic, name_field, None)
     if not name:  # a version that names topics by id ("" or None here)
@@ -517,7 +525,7 @@ class FaultInjector:
         if rule is None:
             return False
         self.rules.remove(rule)
-        self.release(rule_id)  # a removed rule holds nothing back
+        _release_held(rule)  # a removed rule holds nothing back
         self._update()
         log.info("fault rule %d removed after %d matches", rule_id, rule.matched)
         return True
@@ -530,14 +538,7 @@ class FaultInjector:
 
     def release(self, rule_id: int | None = None) -> int:
         """Let the requests a rule holds (every rule's with None) go on; returns how many."""
-        released = 0
-        for rule in self.rules if rule_id is None else [r for r in self.rules if r.id == rule_id]:
-            for waiter in rule.held:
-                if not waiter.done():
-                    waiter.set_result(None)
-                    released += 1
-            rule.held.clear()
-        return released
+        return sum(_release_held(rule) for rule in self.rules if rule_id is None or rule.id == rule_id)
 
     def _update(self) -> None:
         self.engaged = bool(self.rules)
@@ -595,6 +596,10 @@ class FaultInjector:
         when no rule matches."""
         api_key, version = header.api_key, header.api_version
         names = request_partitions(api_key, version, request, self._topic_name)
+        if not names and asks_every_topic(api_key, version, request):  # a rule's topic is among them
+            names = [(name, None) for name in self.broker.logs.topics]
+        if api_key == 1 and getattr(request, "session_epoch", 0) > 0:
+            names = names + self._fetch_session_partitions(request.session_id)
         rule = self._first_match(header, request, names)
         if rule is None:
             return fn
@@ -686,20 +691,55 @@ class FaultInjector:
             path = _partitioned(api_key, version)
             if path is None or int(code) in COORDINATOR_ERRORS:
                 return error_answer(api_key, version, request, code)
+            if api_key == 1:
+                request.max_wait_ms = 0  # a partition in error makes the answer ready at once, as in Kafka
+                return _then(fn, lambda h, response: self._failed_fetch(response, rule, code))(
+                    broker, header, request)
 
             def taken(t, p):
                 return self._names(rule, t, p)
 
             failed = split_request(path, request, taken, self._topic_name)
             errors = _partition_errors(path, failed, code)
-            if api_key == 1:  # a fetch session stays as the client knows it
-                errors.session_id = getattr(request, "session_id", 0)
             if not getattr(request, path.req_topics):
                 return errors
             return _then(fn, lambda h, response: (merge_answers(path, response, errors), response)[1])(
                 broker, header, request)
 
         return erring
+
+    def _fetch_session_partitions(self, session_id: int) -> list[tuple[str, int]]:
+        """The partitions of an incremental fetch's session: the request names only those that changed."""
+        session = self.broker.fetch_sessions.get(session_id)
+        return [] if session is None else list(session.partitions)
+
+    def _failed_fetch(self, response, rule: FaultRule, code: int):
+        """A Fetch answer, its request handled whole (the session keeps the rule's partitions, as Kafka's
+        keeps a partition in error), with the rule's partitions answered ``code`` as Kafka answers a
+        partition in error; an incremental answer gets them even where it left them out as unchanged."""
+        if response is None or response.error_code or (response.throttle_time_ms and not response.responses):
+            return response  # a session error, or a throttled answer: no partitions to carry it
+        topics, answered = {}, set()
+        for topic in response.responses:
+            name = _topic_of(topic, "topic", self._topic_name)
+            topics[name] = topic
+            for i, p in enumerate(topic.partitions):
+                answered.add((name, p.partition_index))
+                if self._names(rule, name, p.partition_index):
+                    topic.partitions[i] = _failed_fetch_partition(p.partition_index, code)
+        session = self.broker.fetch_sessions.get(response.session_id) if response.session_id else None
+        for (name, index), sp in (session.partitions.items() if session is not None else ()):
+            if not self._names(rule, name, index):
+                continue
+            # what the client heard is an error: the next answer carries the partition again
+            sp.high_watermark = sp.log_start_offset = -1
+            if (name, index) not in answered:
+                topic = topics.get(name)
+                if topic is None:
+                    topic = topics[name] = Struct(topic=name, topic_id=sp.topic_id, partitions=[])
+                    response.responses.append(topic)
+                topic.partitions.append(_failed_fetch_partition(index, code))
+        return response
 
     # -- leader epochs and offline partitions ---------------------------------------------------------
 
@@ -724,6 +764,23 @@ class FaultInjector:
                     p.isr_nodes = []
                     p.offline_replicas = list(p.replica_nodes or ())
         return response
+
+
+def _failed_fetch_partition(index: int, code: int) -> Struct:
+    """A Fetch answer's partition in error, as Kafka's ``FetchResponse.partitionResponse`` makes it."""
+    return Struct(partition_index=index, error_code=int(code), high_watermark=-1, last_stable_offset=-1,
+                  log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=b"")
+
+
+def _release_held(rule: FaultRule) -> int:
+    """Let the requests ``rule`` holds go on; returns how many."""
+    released = 0
+    for waiter in rule.held:
+        if not waiter.done():
+            waiter.set_result(None)
+            released += 1
+    rule.held.clear()
+    return released
 
 
 def _topic_errors(response, topic: str | None, code: int):

@@ -9,6 +9,10 @@ JSON in and out, one request per connection like the rest of the metrics server:
 - ``DELETE /faults/rules``: every rule;
 - ``POST /faults/rules/<id>/release``, ``POST /faults/release``: let held requests go on.
 
+A POST or PUT must say ``Content-Type: application/json`` (415 otherwise): a web page cannot send that
+type across origins without a CORS preflight, which this server never answers, so a page open in the
+developer's browser cannot add rules. The body is read under the same deadline as the head.
+
 Mounted by ``Broker.start`` in ``broker.metrics_mounts``; nothing of it exists otherwise.
 """
 
@@ -24,11 +28,15 @@ JSON = "application/json"
 
 
 def serve_faults(broker, faults) -> None:
-    from minibroker.server.metrics_http import answering_with
+    from minibroker.server.metrics_http import HEAD_TIMEOUT, answering_with
 
     async def route(method: str, target: str, head: bytes, reader: asyncio.StreamReader):
+        media_type = _header(head, b"content-type").split(";", 1)[0].strip().lower()
+        if method in ("POST", "PUT") and media_type != JSON:
+            return _json("415 Unsupported Media Type", {"error": f"a {method} needs Content-Type: {JSON}"})
         try:
-            body = await _body(head, reader)
+            async with asyncio.timeout(HEAD_TIMEOUT):  # a body declared and never sent pins no task
+                body = await _body(head, reader)
             return _answer(faults, method, target.split("?", 1)[0], body)
         except RuleError as e:
             return _json("400 Bad Request", {"error": str(e)})
@@ -36,15 +44,20 @@ def serve_faults(broker, faults) -> None:
     broker.metrics_mounts["/faults"] = answering_with(route)
 
 
-async def _body(head: bytes, reader: asyncio.StreamReader) -> bytes:
-    length = 0
+def _header(head: bytes, wanted: bytes) -> str:
+    """The value of the header named ``wanted`` (lower case) in a request's head, "" when absent."""
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            try:
-                length = int(value.strip())
-            except ValueError:
-                raise RuleError("bad Content-Length") from None
+        if name.strip().lower() == wanted:
+            return value.strip().decode("latin-1")
+    return ""
+
+
+async def _body(head: bytes, reader: asyncio.StreamReader) -> bytes:
+    try:
+        length = int(_header(head, b"content-length") or 0)
+    except ValueError:
+        raise RuleError("bad Content-Length") from None
     if not 0 <= length <= BODY_LIMIT:
         raise RuleError(f"a body of at most {BODY_LIMIT} bytes")
     return await reader.readexactly(length) if length else b""
