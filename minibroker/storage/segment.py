@@ -275,6 +275,9 @@ class LogSegment:
         if not self.active:
             self.seal()
         self.flushed = not truncated
+        if self.flushed:  # no flush follows (the recovery point stands, as Kafka's): nothing to keep for one
+            self.index.release_writer()
+            self.time_index.release_writer()
         return RecoveryResult(position, truncated, entries, reason)
 
     # ---- appending ----------------------------------------------------------------------------

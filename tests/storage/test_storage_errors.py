@@ -259,3 +259,43 @@ def test_a_roll_whose_producer_snapshot_hits_a_full_disk(data_dir, monkeypatch):
     assert log.log_end_offset == end and not m.offline_dirs
     assert log.producer_state.producers[9].last_seq == last_sequence  # the failed append is not there
     m.close()
+
+
+def test_a_sealed_segment_renamed_by_a_cleaner_swap_before_its_flush_keeps_the_dir_online(data_dir):
+    """The cleaner's swap renames the old segments' files (in a worker thread) while the log still
+    lists them; the upkeep's next flush of them must not open an index by its old name (ENOENT
+    took the whole dir offline)."""
+    import asyncio
+
+    m = open_manager(data_dir)
+    m.create_topic("t", 1)
+    log = m.get_log("t", 0)
+    while len(log.segments) < 2:
+        append_v2(log, [1], value_size=200)
+    sealed = log.segments[0]
+    assert log.sealed_unflushed() == [sealed]
+    for index in (sealed.index, sealed.time_index):  # as _swap_files renames them, the upkeep between
+        os.rename(index.path, index.path + ".deleted")
+    asyncio.run(m.flush_sealed_segments())
+    assert not m.offline_dirs
+    assert sealed.flushed and log.recovery_point == log.segments[1].base_offset
+    append_v2(log, [1])
+    m.close()
+
+
+def test_the_upkeep_flushes_no_log_while_its_cleaner_swap_moves_files(data_dir):
+    import asyncio
+
+    m = open_manager(data_dir)
+    m.create_topic("t", 1)
+    log = m.get_log("t", 0)
+    while len(log.segments) < 2:
+        append_v2(log, [1], value_size=200)
+    point = log.recovery_point
+    log.swap_in_progress = True
+    asyncio.run(m.flush_sealed_segments())
+    assert log.recovery_point == point and not log.segments[0].flushed  # left for the next tick
+    log.swap_in_progress = False
+    asyncio.run(m.flush_sealed_segments())
+    assert log.segments[0].flushed and log.recovery_point == log.segments[1].base_offset
+    m.close()
