@@ -640,10 +640,11 @@ class LiveView:
                 sub.events.clear()
                 if visible is not None:  # filtered here, not on the append path
                     rows = [row for row in rows if visible.topic(row[2])]
-                    if not rows and not chunks:
-                        continue
-                chunks.append(b"event: appends\nid: %d\ndata: %s\n\n"
-                              % (rows[-1][0], json.dumps(rows, separators=(",", ":")).encode()))
+                if rows:  # none left to this viewer: the dropped count, if any, goes alone
+                    chunks.append(b"event: appends\nid: %d\ndata: %s\n\n"
+                                  % (rows[-1][0], json.dumps(rows, separators=(",", ":")).encode()))
+                if not chunks:
+                    continue
                 writer.write(b"".join(chunks))
                 await writer.drain()  # a slow page waits here, its queue dropping: the broker never waits
         except ConnectionError:
