@@ -194,6 +194,37 @@ def test_with_an_authorizer_basic_auth_and_describe_per_resource(minibroker_fact
         connected.close(5)
 
 
+def test_basic_auth_checks_passwords_off_the_event_loop(minibroker_factory, monkeypatch):
+    """A SCRAM password is checked with PBKDF2 for each mechanism, and wrong ones are never
+    remembered: on the broker's loop, an unauthenticated HTTP client sending wrong passwords stalled
+    Produce and Fetch. Checked in a worker thread; a wrong password is still refused, a right one
+    accepted."""
+    import asyncio
+
+    from minibroker.tools.live_view import BasicAuth
+
+    real_check, on_loop = BasicAuth._check, []
+
+    def check(self, user, password):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:  # no loop in this thread
+            on_loop.append(False)
+        return real_check(self, user, password)
+
+    monkeypatch.setattr(BasicAuth, "_check", check)
+    runner = minibroker_factory({**UI, "authorizer.class.name": STANDARD_AUTHORIZER,
+                                 "super.users": "User:admin"},
+                                security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256")
+    url = runner.ui_url + "/api/overview"
+    assert get_as(url, "admin", "wrong")[0] == 401
+    assert get_as(url, "admin", "wrong")[0] == 401  # a refusal is not remembered: checked again
+    assert get_as(url, "admin", "admin-secret")[0] == 200
+    assert get_as(url, "admin", "admin-secret")[0] == 200  # remembered: not checked again
+    assert on_loop == [False, False, False]
+
+
 def _check_basic_auth(runner) -> None:
     url = runner.ui_url + "/api/overview"
     status, body, headers = get_as(url, None)
