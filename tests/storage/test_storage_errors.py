@@ -132,16 +132,22 @@ def test_a_failed_roll_leaves_the_log_readable(data_dir, monkeypatch):
     m.close()
 
 
+def rolled(data_dir, segments: int):
+    """A manager and its one partition's log, rolled until it has ``segments`` segments."""
+    m = open_manager(data_dir)
+    m.create_topic("t", 1)
+    log = m.get_log("t", 0)
+    while len(log.segments) < segments:
+        append_v2(log, [1], value_size=200)
+    return m, log
+
+
 def test_failed_fsync_of_a_rolled_segment_takes_the_dir_offline(data_dir, monkeypatch):
     import asyncio
 
     from minibroker.storage import log_manager
 
-    m = open_manager(data_dir)
-    m.create_topic("t", 1)
-    log = m.get_log("t", 0)
-    while len(log.segments) < 3:
-        append_v2(log, [1], value_size=200)
+    m, log = rolled(data_dir, 3)
     point = log.recovery_point
 
     def eio(fd):
@@ -267,11 +273,7 @@ def test_a_sealed_segment_renamed_by_a_cleaner_swap_before_its_flush_keeps_the_d
     took the whole dir offline)."""
     import asyncio
 
-    m = open_manager(data_dir)
-    m.create_topic("t", 1)
-    log = m.get_log("t", 0)
-    while len(log.segments) < 2:
-        append_v2(log, [1], value_size=200)
+    m, log = rolled(data_dir, 2)
     sealed = log.segments[0]
     assert log.sealed_unflushed() == [sealed]
     for index in (sealed.index, sealed.time_index):  # as _swap_files renames them, the upkeep between
@@ -286,11 +288,7 @@ def test_a_sealed_segment_renamed_by_a_cleaner_swap_before_its_flush_keeps_the_d
 def test_the_upkeep_flushes_no_log_while_its_cleaner_swap_moves_files(data_dir):
     import asyncio
 
-    m = open_manager(data_dir)
-    m.create_topic("t", 1)
-    log = m.get_log("t", 0)
-    while len(log.segments) < 2:
-        append_v2(log, [1], value_size=200)
+    m, log = rolled(data_dir, 2)
     point = log.recovery_point
     log.swap_in_progress = True
     asyncio.run(m.flush_sealed_segments())

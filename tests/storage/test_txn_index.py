@@ -19,6 +19,7 @@ from minibroker.storage.topic_config import effective_topic_config
 from minibroker.storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 
 ENTRY = struct.Struct(">hqqqq")
+NOW = 1_700_000_000_000
 
 
 def test_entries_are_kafkas_34_bytes_and_the_file_comes_with_the_first(tmp_path):
@@ -91,21 +92,26 @@ def _append(plog, data: bytes) -> None:
                 record_count=len(entries))
 
 
-def test_segment_files_carry_the_txn_index_through_truncation_roll_and_recovery(tmp_path):
+def _log_with_an_aborted_transaction(tmp_path) -> PartitionLog:
+    """Producer 5's transactional batch at offset 0, its ABORT marker at 1, and the abort indexed."""
     plog = PartitionLog.create(str(tmp_path / "t-0"), "t", 0, b"\x01" * 16, _config())
-    now = 1_700_000_000_000
-    _append(plog, build_records(2, [(0, now, None, b"a")], producer_id=5, producer_epoch=0, base_sequence=0,
+    _append(plog, build_records(2, [(0, NOW, None, b"a")], producer_id=5, producer_epoch=0, base_sequence=0,
                                 is_transactional=True))
     _append(plog, build_end_txn_marker(commit=False, producer_id=5, producer_epoch=0, coordinator_epoch=0,
-                                       timestamp=now, base_offset=1))
+                                       timestamp=NOW, base_offset=1))
     plog.add_aborted_txn(AbortedTxn(5, 0, 1, 2))
+    return plog
+
+
+def test_segment_files_carry_the_txn_index_through_truncation_roll_and_recovery(tmp_path):
+    plog = _log_with_an_aborted_transaction(tmp_path)
     path = os.path.join(plog.directory, f"{0:020d}.txnindex")
     assert os.path.getsize(path) == ENTRY_SIZE
     plog.truncate_to(1)  # the marker goes, and its entry with it
     assert os.path.getsize(path) == 0
     assert plog.collect_aborted_transactions(0, 1) == []
     _append(plog, build_end_txn_marker(commit=False, producer_id=5, producer_epoch=0, coordinator_epoch=0,
-                                       timestamp=now, base_offset=1))
+                                       timestamp=NOW, base_offset=1))
     plog.add_aborted_txn(AbortedTxn(5, 0, 1, 2))
     plog.roll()
     assert plog.collect_aborted_transactions(0, 2) == [AbortedTxn(5, 0, 1, 2)]
@@ -178,14 +184,8 @@ def test_a_replay_that_fails_midway_leaves_no_abort_indexed_and_the_retry_serves
     appended: the retry once the error clears appends it again and would find it there."""
     from minibroker.storage import producer_state
 
-    plog = PartitionLog.create(str(tmp_path / "t-0"), "t", 0, b"\x01" * 16, _config())
-    now = 1_700_000_000_000
-    _append(plog, build_records(2, [(0, now, None, b"a")], producer_id=5, producer_epoch=0, base_sequence=0,
-                                is_transactional=True))
-    _append(plog, build_end_txn_marker(commit=False, producer_id=5, producer_epoch=0, coordinator_epoch=0,
-                                       timestamp=now, base_offset=1))
-    plog.add_aborted_txn(AbortedTxn(5, 0, 1, 2))
-    _append(plog, build_records(2, [(2, now, None, b"b")]))
+    plog = _log_with_an_aborted_transaction(tmp_path)
+    _append(plog, build_records(2, [(2, NOW, None, b"b")]))
     # crash: never closed; the unclean open empties the re-read segment's txn index
     reopened = PartitionLog.open(plog.directory, "t", 0, b"\x01" * 16, _config(), recovery_point=0)
     assert reopened.segments[0].txn_index_needs_rebuild
