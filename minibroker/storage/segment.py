@@ -274,10 +274,10 @@ class LogSegment:
             self.size = position
         if not self.active:
             self.seal()
+            if not truncated:  # no flush follows (the recovery point stands, as Kafka's): no writer kept
+                self.index.release_writer()
+                self.time_index.release_writer()
         self.flushed = not truncated
-        if self.flushed:  # no flush follows (the recovery point stands, as Kafka's): nothing to keep for one
-            self.index.release_writer()
-            self.time_index.release_writer()
         return RecoveryResult(position, truncated, entries, reason)
 
     # ---- appending ----------------------------------------------------------------------------
