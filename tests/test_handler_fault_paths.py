@@ -137,3 +137,46 @@ def test_a_partition_whose_files_cannot_be_opened_answers_a_storage_error_and_ke
         parts = wire.request(1, 11, body).responses[0].partitions
         assert [p.error_code for p in parts] == [0, 0] and all(bytes(p.records) for p in parts)
     assert not runner.broker.logs.offline_dirs  # a read that failed takes no dir offline
+
+
+def test_a_read_committed_fetch_whose_next_header_cannot_be_read_answers_a_storage_error(
+        minibroker_factory, monkeypatch):
+    """A READ_COMMITTED fetch that stops inside a segment reads the next entry's header to bound the
+    aborted transactions it reports (``PartitionLog.fetch_upper_bound``); EIO there answers
+    KAFKA_STORAGE_ERROR for that partition, the others are served and the connection stays."""
+    import errno
+    import os
+
+    from minibroker.tools.wire import WireClient
+
+    runner = minibroker_factory(mode="thread")
+    runner.create_topic("eio", partitions=2)
+    for partition in (0, 1):
+        runner.produce("eio", [b"a"], partition=partition)
+        runner.produce("eio", [b"b"], partition=partition)  # a second batch: the fetch below stops before it
+    real = os.pread
+
+    def pread(fd, size, position):
+        if size == 8:  # the next entry's offset: only fetch_upper_bound reads 8 bytes of a .log here
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, size, position)
+
+    def fetch(partition_max_bytes: dict[int, int]):
+        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                "isolation_level": 1, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [],
+                "rack_id": "", "topics": [{"topic": "eio", "partitions": [
+                    {"partition": p, "fetch_offset": 0, "partition_max_bytes": n}
+                    for p, n in partition_max_bytes.items()]}]}
+        return wire.request(1, 11, body).responses[0].partitions
+
+    with WireClient(runner.host, runner.port) as wire:
+        fetch({0: 1, 1: 1 << 20})  # the producer states load before the fault
+        monkeypatch.setattr(os, "pread", pread)
+        parts = fetch({0: 1, 1: 1 << 20})  # partition 0: one batch of two, partition 1: up to its end
+        monkeypatch.undo()
+        assert [(p.partition_index, p.error_code) for p in parts] == [
+            (0, ErrorCode.KAFKA_STORAGE_ERROR), (1, 0)]
+        assert bytes(parts[1].records) and not bytes(parts[0].records)
+        parts = fetch({0: 1, 1: 1 << 20})
+        assert [p.error_code for p in parts] == [0, 0] and all(bytes(p.records) for p in parts)
+    assert not runner.broker.logs.offline_dirs  # a read that failed takes no dir offline

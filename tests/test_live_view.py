@@ -183,6 +183,37 @@ def test_with_an_authorizer_basic_auth_and_describe_per_resource(minibroker_fact
         connected.close(5)
 
 
+def test_basic_auth_checks_passwords_off_the_event_loop(minibroker_factory, monkeypatch):
+    """A SCRAM password is checked with PBKDF2 for each mechanism, and wrong ones are never
+    remembered: on the broker's loop, an unauthenticated HTTP client sending wrong passwords stalled
+    Produce and Fetch. Checked in a worker thread; a wrong password is still refused, a right one
+    accepted."""
+    import asyncio
+
+    from minibroker.tools.live_view import BasicAuth
+
+    real_check, on_loop = BasicAuth._check, []
+
+    def check(self, user, password):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:  # no loop in this thread
+            on_loop.append(False)
+        return real_check(self, user, password)
+
+    monkeypatch.setattr(BasicAuth, "_check", check)
+    runner = minibroker_factory({**UI, "authorizer.class.name": STANDARD_AUTHORIZER,
+                                 "super.users": "User:admin"},
+                                security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256")
+    url = runner.ui_url + "/api/overview"
+    assert get_as(url, "admin", "wrong")[0] == 401
+    assert get_as(url, "admin", "wrong")[0] == 401  # a refusal is not remembered: checked again
+    assert get_as(url, "admin", "admin-secret")[0] == 200
+    assert get_as(url, "admin", "admin-secret")[0] == 200  # remembered: not checked again
+    assert on_loop == [False, False, False]
+
+
 def _check_basic_auth(runner) -> None:
     url = runner.ui_url + "/api/overview"
     status, body, headers = get_as(url, None)
@@ -460,6 +491,66 @@ def test_subscriber_queue_is_bounded_and_drops_the_oldest():
         sub.offer((i,))
     assert len(sub.events) == FEED_QUEUE and sub.dropped == 25
     assert sub.events[0] == (25,) and sub.events[-1] == (FEED_QUEUE + 24,)
+
+
+class CollectingWriter:
+    """The feed's side of a stream writer: keeps what is written."""
+
+    def __init__(self):
+        import asyncio
+
+        self.data = b""
+        self.wrote = asyncio.Event()
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+        self.wrote.set()
+
+    async def drain(self) -> None:
+        pass
+
+
+async def test_a_feed_whose_rows_are_all_hidden_still_says_how_many_were_dropped():
+    """With an authorizer a viewer's rows are filtered at write time; when none is left but some were
+    dropped (a slow page), the feed sends the ``dropped`` event alone (``rows[-1]`` of no rows raised,
+    and the handler wrote an HTTP 500 into the open stream)."""
+    import asyncio
+
+    from minibroker.tools.live_view import LiveView
+
+    broker = SimpleNamespace(started_at=0.0, append_feed=None)
+    view = SimpleNamespace(broker=broker, feed=AppendFeed(broker))
+    reader, writer = asyncio.StreamReader(), CollectingWriter()
+    visible = SimpleNamespace(topic=lambda name: name != "lv-hidden")
+    task = asyncio.create_task(LiveView._feed(view, reader, writer, None, visible))
+
+    async def written(what: bytes) -> None:
+        """Until ``what`` was written or the feed ended."""
+        while what not in writer.data and not task.done():
+            writer.wrote.clear()
+            wrote = asyncio.ensure_future(writer.wrote.wait())
+            try:
+                await asyncio.wait((wrote, task), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                wrote.cancel()
+
+    try:
+        await asyncio.wait_for(written(b"event: hello"), 10)
+        (sub,) = view.feed.subscribers
+        sub.dropped = 7  # what the bounded queue let go; what is left is not this viewer's
+        sub.offer((1, 0.0, "lv-hidden"))
+        await asyncio.wait_for(written(b"event: dropped"), 10)
+        assert not task.done(), task.exception()
+        sub.offer((2, 0.0, "lv-shown"))
+        await asyncio.wait_for(written(b"event: appends"), 10)
+        events = writer.data.split(b"\n\n")
+        assert b"event: dropped\ndata: 7" in events
+        assert [e for e in events if e.startswith(b"event: appends")] == [
+            b'event: appends\nid: 2\ndata: [[2,0.0,"lv-shown"]]']
+    finally:
+        reader.feed_eof()  # the page went away
+        await asyncio.wait_for(task, 10)
+    assert broker.append_feed is None
 
 
 def test_publish_never_raises_into_the_append_path(caplog):

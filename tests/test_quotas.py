@@ -25,7 +25,14 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 from minibroker.protocol import codec
-from minibroker.services.quotas import DEFAULT, ClientRateQuota, Rate, throttle_ms
+from minibroker.services.quotas import (
+    DEFAULT,
+    ClientRateQuota,
+    ControllerMutationRateQuota,
+    Rate,
+    now_ms,
+    throttle_ms,
+)
 from minibroker.tools.wire import WireClient
 
 # kafka-python leaks the socket of a closed client, reported later by GC
@@ -151,6 +158,31 @@ def test_rate_and_throttle_time_as_kafka_computes_them():
     assert throttle_ms(rate, 10.0, 0.0, cap=400.0) == 400
     # samples with no event for num windows are obsolete: the rate falls back to nothing
     assert rate.measure(11_000.0) == 0.0
+
+
+def test_controller_mutation_buckets_keep_their_tokens_across_reloads_of_the_limits():
+    """As Kafka keeps a sensor's state and changes only its bound: a reload (every AlterClientQuotas,
+    whichever key it changed) keeps a drained bucket drained. Rates small enough that the test's own
+    time refills nothing that matters."""
+    quota = ControllerMutationRateQuota(num_samples=2, window_seconds=1)  # burst: 2 s of the rate
+    quota.set_limits({(None, "creator"): 0.01, ("alice", None): 0.01})
+    tags, limit = quota.resolve("", "creator")
+    bucket = quota.bucket(tags, limit, now_ms())
+    bucket.tokens = -3.0  # drained by a CreateTopics of 3 partitions
+    other = quota.bucket(*quota.resolve("alice", "x"), now_ms())
+    quota.set_limits({(None, "creator"): 0.01, ("alice", None): 0.01})  # the same limits again
+    assert quota.buckets[tags] is bucket and bucket.tokens < -2.9
+    quota.set_limits({(None, "creator"): 0.02, ("alice", None): 0.01})  # this client's bound changes
+    assert quota.buckets[tags] is bucket and (bucket.rate, bucket.burst) == (0.02, 0.04)
+    assert bucket.tokens < -2.9
+    quota.set_limits({(None, "creator"): 0.02})  # alice's quota goes, and her bucket with it
+    assert list(quota.buckets) == [tags] and other not in quota.buckets.values()
+    quota.set_limits({(None, "creator"): 0.02, (None, DEFAULT): 1.0})
+    assert quota.buckets[tags] is bucket  # another entity's limit: nothing of this bucket changes
+    quota.set_limits({(None, DEFAULT): 1.0})  # now the default client-id quota, same tags: a new bound
+    assert quota.buckets[tags] is bucket and bucket.rate == 1.0
+    quota.set_limits({("bob", None): 1.0})  # no quota for this client any more
+    assert quota.buckets == {}
 
 
 # -- AlterClientQuotas / DescribeClientQuotas -----------------------------------------------------
@@ -392,6 +424,32 @@ def test_request_percentage_throttles_and_mutes(rate_broker, quotas):
     with WireClient(rate_broker.host, rate_broker.port, client_id="busy") as wire:
         assert wire.request(18, 3, {"client_software_name": "t", "client_software_version": "1"}
                             ).throttle_time_ms == 0
+
+
+def test_a_client_throttled_on_create_topics_stays_throttled_after_an_unrelated_alter(rate_broker, quotas):
+    """Each AlterClientQuotas reloads every key's limits; the controller mutation buckets keep their
+    tokens through it (they were all refilled: a throttled client could create topics again). At 0.01
+    partitions per second the 3 taken are not paid back while the test runs."""
+    from kafka.admin import NewTopic
+    from kafka.errors import ThrottlingQuotaExceededError
+
+    assert quotas.alter(_entity(client_id="mutator"), {"controller_mutation_rate": 0.01}) == (0, None)
+
+    def create(name: str, partitions: int) -> None:
+        # a client per call: a throttled answer pauses kafka-python's connection for the throttle time
+        admin = KafkaAdminClient(bootstrap_servers=rate_broker.bootstrap_servers, client_id="mutator")
+        try:
+            admin.create_topics([NewTopic(name, partitions, 1)])  # CreateTopics v7: a strict quota
+        finally:
+            admin.close()
+
+    create("burst", 3)
+    with pytest.raises(ThrottlingQuotaExceededError):
+        create("over", 1)
+    assert quotas.alter(_entity(user="someone-else"), {"producer_byte_rate": 1024}) == (0, None)
+    with pytest.raises(ThrottlingQuotaExceededError):
+        create("over", 1)
+    assert "over" not in rate_broker.broker.logs.topics
 
 
 def _api_versions_answered(sock: socket.socket) -> bool:

@@ -328,8 +328,23 @@ class ControllerMutationRateQuota(ClientRateQuota):
         self.buckets: dict[tuple, TokenBucket] = {}
 
     def set_limits(self, limits: dict[tuple, float]) -> None:
+        """New limits (every reload of the quota configs, whichever key changed). As Kafka keeps a
+        sensor's state and changes its bound: a bucket whose tags still resolve keeps its tokens,
+        with its rate and burst changed if its limit did; one whose quota went is dropped."""
         super().set_limits(limits)
-        self.buckets.clear()  # new limits: every client starts again with a full bucket
+        now = now_ms()
+        kept: dict[tuple, TokenBucket] = {}
+        for tags, bucket in self.buckets.items():
+            found = self.resolve(*tags)
+            if found is None or found[0] != tags:  # no quota, or these clients now match other tags
+                continue
+            limit = found[1]
+            if limit != bucket.rate:
+                bucket.refill(now)  # the time so far at the old rate
+                bucket.rate, bucket.burst = limit, limit * self.burst_seconds
+                bucket.tokens = min(bucket.tokens, bucket.burst)
+            kept[tags] = bucket
+        self.buckets = kept
 
     def bucket(self, tags: tuple, limit: float, now: float) -> TokenBucket:
         bucket = self.buckets.get(tags)

@@ -47,7 +47,9 @@ class _MmapIndex:
 
     File descriptors (docs/storage.md, "File descriptors"): an index holds none while idle. The
     file is created and sized, then closed; the first ``pwrite`` opens it and keeps it until the
-    index is trimmed (its segment sealed), closed, or found idle (``release_if_idle``). The map is
+    index is trimmed (its segment sealed) and flushed, closed, or found idle (``release_if_idle``).
+    A trimmed index keeps its descriptor until the fsync: the cleaner may rename the file of a
+    sealed segment not yet flushed, and a flush must not open it by a path that has moved. The map is
     made by the first lookup that reads an entry and dropped whenever the file is resized or the
     index found idle; CPython's ``mmap`` keeps a ``dup``
     of the mapped descriptor (before Python 3.13, which can be told not to), so a mapped index
@@ -68,10 +70,11 @@ class _MmapIndex:
         self._entry_size = self.ENTRY.size
         self._max_size = max(self._entry_size, max_index_size - max_index_size % self._entry_size)
         self._in_memory = in_memory
-        self._fd = -1  # open for pwrite from the first write until trimmed or closed
+        self._fd = -1  # open for pwrite from the first write until trimmed and flushed, or closed
         self._mm: mmap.mmap | None = None  # file-backed: made by the first lookup; in memory: the entries
         self._last: tuple[int, tuple[int, int] | None] = (-1, None)  # (slot, entry) last written or read
         self._unsynced = False  # written or resized since the last fsync
+        self._release_after_sync = False  # trimmed with unsynced bytes: the writer goes after the fsync
         self._used = False  # mapped or written to since the last release_if_idle
         if in_memory:
             self._load_into_memory()
@@ -140,10 +143,12 @@ class _MmapIndex:
     def release_if_idle(self) -> None:
         """Drop the map and the writer's descriptor if neither served since the last call (the
         log upkeep calls it every ``log.flush.offset.checkpoint.interval.ms``): an index read or
-        written once, then left alone, holds nothing. The next lookup or write opens them again."""
+        written once, then left alone, holds nothing. The next lookup or write opens them again.
+        A trimmed index's writer stays until its flush (``trim_to_valid_size``)."""
         if not self._used:
             self.unmap()
-            self._release_writer()
+            if not self._release_after_sync:
+                self.release_writer()
         self._used = False
 
     def _writer(self) -> int:
@@ -192,12 +197,20 @@ class _MmapIndex:
     def resize(self, max_index_size: int) -> None:
         """Make room for appends again (the segment becomes active)."""
         self._max_size = max(self._entry_size, max_index_size - max_index_size % self._entry_size)
+        self._release_after_sync = False
         self._resize_file(max(self._max_size, self.entries * self._entry_size))
 
     def trim_to_valid_size(self) -> None:
-        """Shrink the file to its entries (segment sealed or closed) and let its descriptor go."""
+        """Shrink the file to its entries (segment sealed or closed). Its descriptor goes now if
+        everything is on disk, else after the next ``flush``, which then needs no path: the cleaner
+        may rename the files of a sealed segment before the upkeep has flushed it."""
         self._resize_file(self.entries * self._entry_size)
-        self._release_writer()
+        if self._unsynced and not self._in_memory:
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_RDWR)
+            self._release_after_sync = True
+        else:
+            self.release_writer()
 
     def truncate_to_entries(self, n: int) -> None:
         self._set_entries(max(0, min(n, self.entries)))
@@ -226,6 +239,8 @@ class _MmapIndex:
             finally:
                 os.close(fd)
         self._unsynced = False
+        if self._release_after_sync:
+            self.release_writer()
 
     def _file_size(self) -> int:
         return self._file_length if self._in_memory else self._length
@@ -255,7 +270,9 @@ class _MmapIndex:
                 f"{self.path}: unwritten from byte {hole} of {self._length} (never trimmed)"
             )
 
-    def _release_writer(self) -> None:
+    def release_writer(self) -> None:
+        """Let the writer go now, flushed or not (also for a trimmed index no flush will follow)."""
+        self._release_after_sync = False
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
@@ -264,7 +281,7 @@ class _MmapIndex:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
-        self._release_writer()
+        self.release_writer()
 
     def __del__(self) -> None:
         try:

@@ -927,8 +927,9 @@ class LogManager:
     async def flush_sealed_segments(self) -> None:
         """fsync rolled segments in a worker thread, then advance the recovery points. The
         partition directory is fsynced too: a roll created files there (as Kafka flushes the dir
-        after a roll), so their entries survive a power loss."""
-        work = [(plog, plog.sealed_unflushed()) for plog in self.logs()]
+        after a roll), so their entries survive a power loss. A log whose cleaner swap is moving
+        files waits for the next tick (its old segments' files are being renamed)."""
+        work = [(plog, plog.sealed_unflushed()) for plog in self.logs() if not plog.swap_in_progress]
         work = [(plog, segs) for plog, segs in work if segs]
         if not work:
             return
@@ -943,7 +944,7 @@ class LogManager:
             bad = [f for f in [seg.file for seg in segs] + [plog.directory] if f in failed]
             if bad:
                 self._storage_error_from(plog, failed[bad[0]])
-            elif not plog.closed:
+            elif not plog.closed and not plog.swap_in_progress:  # a swap begun meanwhile: next tick
                 try:
                     plog.mark_flushed(segs)
                 except OSError as exc:

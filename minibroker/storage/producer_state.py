@@ -488,6 +488,7 @@ def load_producer_state(plog, *, now_ms: int | None = None,
         start = max(offset, plog.log_start_offset)
         break
     replayed = 0
+    reindexed: list = []  # [(segment, AbortedTxn)]: written once the replay is whole
     for data, entry in plog.iter_entries(start, REPLAY_CHUNK):
         if entry.magic != 2:
             continue
@@ -498,7 +499,7 @@ def load_producer_state(plog, *, now_ms: int | None = None,
         if attributes & _CONTROL:
             completed = _replay_marker(plog, table, data, entry, pid, epoch)
             if completed is not None and completed.is_aborted and rebuild:
-                _reindex_aborted(rebuild, table, completed)
+                reindexed += _reindexed_abort(rebuild, table, completed)
             replayed += 1
         else:  # sequence -1 too (an internal append may write one), as Kafka replays any producer's batch
             delta = entry.last_offset - entry.base_offset
@@ -506,8 +507,7 @@ def load_producer_state(plog, *, now_ms: int | None = None,
             table.record(pid, epoch, base_seq, last_seq, entry.base_offset, entry.last_offset,
                          entry.max_timestamp, is_transactional=bool(attributes & _TRANSACTIONAL))
             replayed += 1
-    for segment in rebuild:
-        segment.txn_index_needs_rebuild = False
+    _write_reindexed(rebuild, reindexed)
     table.replayed_batches = replayed
     if replayed or table.loaded_snapshot_offset is not None and table.producers:
         snapshot = "no snapshot" if table.loaded_snapshot_offset is None else \
@@ -540,12 +540,27 @@ def aborted_txn(table: ProducerStateTable, completed: CompletedTxn) -> AbortedTx
                       table.last_stable_offset_after(completed))
 
 
-def _reindex_aborted(rebuild: list, table: ProducerStateTable, completed: CompletedTxn) -> None:
-    """Add a replayed abort to the txn index of its marker's segment, if that segment is one being
-    rebuilt (``rebuild``: segments in offset order)."""
+def _reindexed_abort(rebuild: list, table: ProducerStateTable, completed: CompletedTxn) -> list:
+    """[(segment, entry)] for a replayed abort whose marker lies in a segment being rebuilt
+    (``rebuild``: segments in offset order), else []."""
     for segment in reversed(rebuild):
         if segment.base_offset <= completed.last_offset:
             if completed.last_offset < segment.next_offset:
-                segment.txn_index.append(aborted_txn(table, completed))
-                segment.flushed = False
-            return
+                return [(segment, aborted_txn(table, completed))]
+            return []
+    return []
+
+
+def _write_reindexed(rebuild: list, reindexed: list) -> None:
+    """Write the aborts a whole replay found into the rebuilt segments' txn indexes, then clear their
+    flags. Only after the replay: one cut by an error (EMFILE, EIO) leaves the flags set and writes
+    nothing, and its retry appends the same entries. Each index is emptied first, since a write that
+    failed midway may have left some of them (nothing else writes to it before the state is loaded)."""
+    for segment in rebuild:
+        if segment.txn_index.entries:
+            segment.txn_index.reset()
+    for segment, txn in reindexed:
+        segment.txn_index.append(txn)
+        segment.flushed = False
+    for segment in rebuild:
+        segment.txn_index_needs_rebuild = False

@@ -280,6 +280,9 @@ class LogSegment:
             self.size = position
         if not self.active:
             self.seal()
+            if not truncated:  # no flush follows (the recovery point stands, as Kafka's): no writer kept
+                self.index.release_writer()
+                self.time_index.release_writer()
         self.flushed = not truncated
         return RecoveryResult(position, truncated, entries, reason, tuple(epoch_starts))
 

@@ -408,7 +408,9 @@ class BasicAuth:
     password of one of its SASL listeners (their JAAS config), or a SCRAM credential (checked as a
     SCRAM login would: the stored key of the password salted with the credential's salt). The user's
     principal is ``User:<name>``; a successful check is remembered for ``AUTH_CACHE_S`` (PBKDF2 costs
-    milliseconds, and the page asks every second)."""
+    milliseconds, and the page asks every second). A check runs in a worker thread, one at a time:
+    requests with wrong passwords, which are never remembered, must not stall the broker's loop, nor
+    take every thread of the loop's default executor (the log's fsyncs run there too)."""
 
     def __init__(self, broker):
         from minibroker.config.sasl import sasl_listener_settings
@@ -418,14 +420,31 @@ class BasicAuth:
         for settings in sasl_listener_settings(broker.config, warn=False).values():
             self.plain.update(settings.plain_users)
         self._verified: dict[tuple[str, bytes], float] = {}
+        self._checking = asyncio.Semaphore(1)
 
-    def principal(self, head: bytes):
+    async def principal(self, head: bytes):
         """The principal of the request's ``Authorization: Basic`` header; None if absent or wrong."""
-        import base64
-        import binascii
         import hashlib
 
         from minibroker.security.principal import KafkaPrincipal
+
+        credentials = self._credentials(head)
+        if credentials is None:
+            return None
+        user, password = credentials
+        key = (user, hashlib.sha256(password.encode()).digest())
+        if self._verified.get(key, 0) <= time.monotonic():
+            async with self._checking:
+                if not await asyncio.to_thread(self._check, user, password):
+                    return None
+            self._verified[key] = time.monotonic() + AUTH_CACHE_S
+        return KafkaPrincipal("User", user)
+
+    @staticmethod
+    def _credentials(head: bytes) -> tuple[str, str] | None:
+        """(user, password) of the request's ``Authorization: Basic`` header; None if absent or unreadable."""
+        import base64
+        import binascii
 
         for line in head.split(b"\r\n")[1:]:
             name, _, value = line.partition(b":")
@@ -441,15 +460,11 @@ class BasicAuth:
                 return None
             if not sep or not user:
                 return None
-            key = (user, hashlib.sha256(password.encode()).digest())
-            now = time.monotonic()
-            if self._verified.get(key, 0) > now or self._check(user, password):
-                self._verified[key] = now + AUTH_CACHE_S
-                return KafkaPrincipal("User", user)
-            return None
+            return user, password
         return None
 
     def _check(self, user: str, password: str) -> bool:
+        """The password is the user's (a worker thread: PBKDF2 for each SCRAM mechanism)."""
         import hmac
 
         expected = self.plain.get(user)
@@ -548,7 +563,7 @@ class LiveView:
                               f"minibroker live view refused: {self.refusal}\n".encode())
         visible = None
         if self.auth is not None:  # an authorizer: who is asking, and DESCRIBE on what is shown
-            principal = self.auth.principal(head)
+            principal = await self.auth.principal(head)
             if principal is None:
                 return self._send(writer, 401, "text/plain; charset=utf-8",
                                   b"the live view of a broker with an authorizer needs the user and "
@@ -640,10 +655,11 @@ class LiveView:
                 sub.events.clear()
                 if visible is not None:  # filtered here, not on the append path
                     rows = [row for row in rows if visible.topic(row[2])]
-                    if not rows and not chunks:
-                        continue
-                chunks.append(b"event: appends\nid: %d\ndata: %s\n\n"
-                              % (rows[-1][0], json.dumps(rows, separators=(",", ":")).encode()))
+                if rows:  # none left to this viewer: the dropped count, if any, goes alone
+                    chunks.append(b"event: appends\nid: %d\ndata: %s\n\n"
+                                  % (rows[-1][0], json.dumps(rows, separators=(",", ":")).encode()))
+                if not chunks:
+                    continue
                 writer.write(b"".join(chunks))
                 await writer.drain()  # a slow page waits here, its queue dropping: the broker never waits
         except ConnectionError:

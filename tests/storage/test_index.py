@@ -42,6 +42,11 @@ def test_an_index_holds_no_descriptor_until_written_and_none_once_trimmed(tmp_pa
     assert not index.mapped  # appends checked their order against the cached last entry
     index.trim_to_valid_size()
     assert os.path.getsize(path) == 20 * 8
+    assert open_descriptors(path) == 1  # kept for the flush: the file may be renamed before it
+    index.release_if_idle()
+    index.release_if_idle()
+    assert open_descriptors(path) == 1  # the sweep leaves it to the flush
+    index.flush()
     assert open_descriptors(path) == 0
     index.close()
 
@@ -53,6 +58,7 @@ def test_the_first_lookup_maps_and_a_resize_drops_the_map(tmp_path):
     assert index.lookup(125) == (119, 1000)
     assert index.mapped
     index.trim_to_valid_size()
+    index.flush()
     assert not index.mapped and open_descriptors(path) == 0
     assert index.lookup(125) == (119, 1000)  # maps the trimmed file
     mapped_descriptors = open_descriptors(path)
@@ -123,12 +129,27 @@ def test_flush_reaches_writes_made_through_a_descriptor_since_closed(tmp_path, m
 
     path = str(tmp_path / "0.index")
     index = filled(path, 3)
-    index.trim_to_valid_size()  # the writer is gone, the entries are not yet on disk for sure
+    index.release_if_idle()
+    index.release_if_idle()  # the writer is gone, the entries are not yet on disk for sure
+    assert open_descriptors(path) == 0
     monkeypatch.setattr(index_module.os, "fsync", fsync)
     index.flush()
     assert len(synced) == 1
     index.flush()  # nothing written since
     assert len(synced) == 1
+    index.close()
+
+
+@linux_only
+def test_a_trimmed_index_flushes_through_its_descriptor_after_its_file_was_renamed(tmp_path):
+    """The cleaner's swap renames the files of a sealed segment the upkeep has not flushed yet:
+    the flush must not open the index by its old path."""
+    path = str(tmp_path / "0.index")
+    index = filled(path, 3)
+    index.trim_to_valid_size()
+    os.rename(path, path + ".deleted")
+    index.flush()  # ENOENT when the trim had let the descriptor go
+    assert open_descriptors(str(tmp_path)) == 0
     index.close()
 
 

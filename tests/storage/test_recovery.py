@@ -6,7 +6,7 @@ import logging
 import os
 
 import pytest
-from conftest import append_v2, config
+from conftest import append_v2, config, linux_only, open_descriptors
 
 from minibroker.records.framing import scan_entries
 from minibroker.storage import LogManager, PartitionLog
@@ -148,3 +148,16 @@ def test_clean_shutdown_marker_and_checkpoints(tmp_path):
     assert not m2.had_clean_shutdown
     assert m2.get_log("a", 1).log_end_offset == 101
     m2.close()
+
+
+@linux_only
+def test_segments_re_read_by_an_unclean_start_hold_their_logs_only(tmp_path, topic_id):
+    """Their rebuilt indexes are trimmed and not flushed (the recovery point stands, as Kafka's):
+    no writer is kept for a flush that never comes."""
+    path = str(tmp_path / "t-0")
+    build(path, topic_id)  # crash: never closed
+    log = reopen(path, topic_id, clean=False)
+    assert len(log.segments) > 2
+    held = {os.path.basename(p): n for p, n in open_descriptors(path).items()}
+    assert held == {os.path.basename(s.log_path): 1 for s in log.segments}
+    log.close()

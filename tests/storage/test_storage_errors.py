@@ -132,16 +132,22 @@ def test_a_failed_roll_leaves_the_log_readable(data_dir, monkeypatch):
     m.close()
 
 
+def rolled(data_dir, segments: int):
+    """A manager and its one partition's log, rolled until it has ``segments`` segments."""
+    m = open_manager(data_dir)
+    m.create_topic("t", 1)
+    log = m.get_log("t", 0)
+    while len(log.segments) < segments:
+        append_v2(log, [1], value_size=200)
+    return m, log
+
+
 def test_failed_fsync_of_a_rolled_segment_takes_the_dir_offline(data_dir, monkeypatch):
     import asyncio
 
     from minibroker.storage import log_manager
 
-    m = open_manager(data_dir)
-    m.create_topic("t", 1)
-    log = m.get_log("t", 0)
-    while len(log.segments) < 3:
-        append_v2(log, [1], value_size=200)
+    m, log = rolled(data_dir, 3)
     point = log.recovery_point
 
     def eio(fd):
@@ -258,4 +264,36 @@ def test_a_roll_whose_producer_snapshot_hits_a_full_disk(data_dir, monkeypatch):
     log = m.get_log("t", 0)
     assert log.log_end_offset == end and not m.offline_dirs
     assert log.producer_state.producers[9].last_seq == last_sequence  # the failed append is not there
+    m.close()
+
+
+def test_a_sealed_segment_renamed_by_a_cleaner_swap_before_its_flush_keeps_the_dir_online(data_dir):
+    """The cleaner's swap renames the old segments' files (in a worker thread) while the log still
+    lists them; the upkeep's next flush of them must not open an index by its old name (ENOENT
+    took the whole dir offline)."""
+    import asyncio
+
+    m, log = rolled(data_dir, 2)
+    sealed = log.segments[0]
+    assert log.sealed_unflushed() == [sealed]
+    for index in (sealed.index, sealed.time_index):  # as _swap_files renames them, the upkeep between
+        os.rename(index.path, index.path + ".deleted")
+    asyncio.run(m.flush_sealed_segments())
+    assert not m.offline_dirs
+    assert sealed.flushed and log.recovery_point == log.segments[1].base_offset
+    append_v2(log, [1])
+    m.close()
+
+
+def test_the_upkeep_flushes_no_log_while_its_cleaner_swap_moves_files(data_dir):
+    import asyncio
+
+    m, log = rolled(data_dir, 2)
+    point = log.recovery_point
+    log.swap_in_progress = True
+    asyncio.run(m.flush_sealed_segments())
+    assert log.recovery_point == point and not log.segments[0].flushed  # left for the next tick
+    log.swap_in_progress = False
+    asyncio.run(m.flush_sealed_segments())
+    assert log.segments[0].flushed and log.recovery_point == log.segments[1].base_offset
     m.close()

@@ -3,6 +3,7 @@ producer state's transaction bookkeeping and snapshots."""
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 
@@ -18,6 +19,7 @@ from minibroker.storage.topic_config import effective_topic_config
 from minibroker.storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 
 ENTRY = struct.Struct(">hqqqq")
+NOW = 1_700_000_000_000
 
 
 def test_entries_are_kafkas_34_bytes_and_the_file_comes_with_the_first(tmp_path):
@@ -90,21 +92,26 @@ def _append(plog, data: bytes) -> None:
                 record_count=len(entries))
 
 
-def test_segment_files_carry_the_txn_index_through_truncation_roll_and_recovery(tmp_path):
+def _log_with_an_aborted_transaction(tmp_path) -> PartitionLog:
+    """Producer 5's transactional batch at offset 0, its ABORT marker at 1, and the abort indexed."""
     plog = PartitionLog.create(str(tmp_path / "t-0"), "t", 0, b"\x01" * 16, _config())
-    now = 1_700_000_000_000
-    _append(plog, build_records(2, [(0, now, None, b"a")], producer_id=5, producer_epoch=0, base_sequence=0,
+    _append(plog, build_records(2, [(0, NOW, None, b"a")], producer_id=5, producer_epoch=0, base_sequence=0,
                                 is_transactional=True))
     _append(plog, build_end_txn_marker(commit=False, producer_id=5, producer_epoch=0, coordinator_epoch=0,
-                                       timestamp=now, base_offset=1))
+                                       timestamp=NOW, base_offset=1))
     plog.add_aborted_txn(AbortedTxn(5, 0, 1, 2))
+    return plog
+
+
+def test_segment_files_carry_the_txn_index_through_truncation_roll_and_recovery(tmp_path):
+    plog = _log_with_an_aborted_transaction(tmp_path)
     path = os.path.join(plog.directory, f"{0:020d}.txnindex")
     assert os.path.getsize(path) == ENTRY_SIZE
     plog.truncate_to(1)  # the marker goes, and its entry with it
     assert os.path.getsize(path) == 0
     assert plog.collect_aborted_transactions(0, 1) == []
     _append(plog, build_end_txn_marker(commit=False, producer_id=5, producer_epoch=0, coordinator_epoch=0,
-                                       timestamp=now, base_offset=1))
+                                       timestamp=NOW, base_offset=1))
     plog.add_aborted_txn(AbortedTxn(5, 0, 1, 2))
     plog.roll()
     assert plog.collect_aborted_transactions(0, 2) == [AbortedTxn(5, 0, 1, 2)]
@@ -169,3 +176,36 @@ def test_snapshots_keep_open_transactions_coordinator_epochs_and_marker_only_pro
     assert struct.unpack_from(">hIi", data, 0)[::2] == (1, 3)
     assert struct.unpack_from(">iq", data, 10 + 34) == (-1, 10)
     assert loaded.check(4, 3, 0, 0) is None  # a marker-only producer starts at sequence 0
+
+
+def test_a_replay_that_fails_midway_leaves_no_abort_indexed_and_the_retry_serves(tmp_path, monkeypatch):
+    """After an unclean start the producer-state replay indexes the aborts of the segments recovery
+    re-read. A replay cut by an OS error (EMFILE, EIO) after such an abort must leave nothing
+    appended: the retry once the error clears appends it again and would find it there."""
+    from minibroker.storage import producer_state
+
+    plog = _log_with_an_aborted_transaction(tmp_path)
+    _append(plog, build_records(2, [(2, NOW, None, b"b")]))
+    # crash: never closed; the unclean open empties the re-read segment's txn index
+    reopened = PartitionLog.open(plog.directory, "t", 0, b"\x01" * 16, _config(), recovery_point=0)
+    assert reopened.segments[0].txn_index_needs_rebuild
+    monkeypatch.setattr(producer_state, "REPLAY_CHUNK", 1)  # an entry per read: fails after the abort
+    failed, real_read_bytes = [], reopened.read_bytes
+
+    def read_bytes_failing_once_after_the_marker(offset, max_bytes):
+        if offset == 2 and not failed:
+            failed.append(offset)
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_read_bytes(offset, max_bytes)
+
+    monkeypatch.setattr(reopened, "read_bytes", read_bytes_failing_once_after_the_marker)
+    with pytest.raises(KafkaError) as info:
+        reopened.producer_state  # noqa: B018
+    assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert reopened.collect_aborted_transactions(0, 3) == []  # nothing half-indexed
+    assert reopened.producer_state.ongoing_transactions() == {}  # the retry serves the partition
+    assert reopened.collect_aborted_transactions(0, 3) == [AbortedTxn(5, 0, 1, 2)]
+    reopened.close()
+    again = PartitionLog.open(plog.directory, "t", 0, b"\x01" * 16, _config(), clean=True)
+    assert again.collect_aborted_transactions(0, 3) == [AbortedTxn(5, 0, 1, 2)]  # on disk once
+    again.close()
