@@ -109,10 +109,13 @@ def wait_port(port: int, timeout: float = 20.0) -> float:
 
 
 class BrokerProcess:
-    """``python -m minibroker serve`` in a subprocess with its own data dir."""
+    """``python -m minibroker serve`` in a subprocess with its own data dir; ``tree``: a checkout whose
+    code it runs (default this one), for A/B runs of two commits."""
 
-    def __init__(self, overrides: dict[str, str] | None = None, loop: str = "auto", env: dict | None = None):
-        self.env = {**bench_env(), **(env or {})}
+    def __init__(self, overrides: dict[str, str] | None = None, loop: str = "auto", env: dict | None = None,
+                 tree: str = ROOT):
+        self.tree = tree
+        self.env = {**bench_env(), **({"PYTHONPATH": tree} if tree != ROOT else {}), **(env or {})}
         self.dir = tempfile.mkdtemp(prefix="mb-bench-")
         self.port = free_port()
         self.overrides = {
@@ -133,7 +136,7 @@ class BrokerProcess:
             cmd += ["--override", f"{k}={v}"]
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
+            cmd, cwd=self.tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
         )
         wait_port(self.port)
         self.startup_s = time.perf_counter() - t0
