@@ -316,6 +316,13 @@ def _absent_defaults(absent: list[tuple[str, F]], version: int) -> tuple[dict, l
     return shared, fresh
 
 
+@cache
+def _code(source: str):
+    """A generated reader's or writer's source, compiled: the same struct at many versions, and
+    structs alike, share one compilation (it costs more than the rest of building a codec)."""
+    return compile(source, "<minibroker.protocol.codec>", "exec")
+
+
 def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reader:
     # plan entries: (names, reader, n) -- n > 0: one struct.unpack for n consecutive fixed-size fields
     plan: list[tuple] = []
@@ -348,43 +355,56 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
             plan.append((f.name, _field_reader(f, version, flexible), 0))
     close_run()
     shared_defaults, fresh_defaults = _absent_defaults(absent, version)
+    # The plan is compiled into the source of one function (no loop over the plan, no dict per
+    # message): decoding is most of a small request's cost in the codec.
+    env: dict[str, Any] = {"Struct": Struct, "PV": ProtocolViolation, "read_tags": _read_tags,
+                           "TAGGED": tagged, "default_value": default_value}
+    lines = ["def read(buf, pos):"]
+    values: list[tuple[str, str]] = [(name, f"SHARED[{name!r}]") for name in shared_defaults]
+    env["SHARED"] = shared_defaults
+    for i, (name, f) in enumerate(fresh_defaults):
+        env[f"f{i}"] = f
+        values.append((name, f"default_value(f{i}, {version})"))
+    for i, (name, reader, n) in enumerate(plan):
+        if n:
+            env[f"u{i}"] = reader.unpack_from
+            targets = [f"v{i}_{j}" for j in range(n)]
+            lines += [f"    if pos + {reader.size} > len(buf):",
+                      "        raise PV('truncated fixed-size fields')",
+                      f"    {', '.join(targets)}, = u{i}(buf, pos)",
+                      f"    pos += {reader.size}"]
+            values += zip(name, targets, strict=True)
+        else:
+            env[f"r{i}"] = reader
+            lines.append(f"    v{i}, pos = r{i}(buf, pos)")
+            values.append((name, f"v{i}"))
+    lines.append(f"    result = Struct({', '.join(f'{name}={value}' for name, value in values)})")
+    if flexible:
+        lines += ["    if pos < len(buf) and buf[pos] == 0:  # an empty tag buffer: the common case",
+                  "        pos += 1",
+                  "    else:",
+                  "        pos = read_tags(buf, pos, TAGGED, result.__dict__)"]
+    lines.append("    return result, pos")
+    exec(_code("\n".join(lines)), env)  # the source is built above from the schema's names only
+    return env["read"]
 
-    def read(buf, pos):
-        values = dict(shared_defaults)
-        for name, f in fresh_defaults:
-            values[name] = default_value(f, version)
-        for name, reader, n in plan:
-            if n:
-                size = reader.size
-                if pos + size > len(buf):
-                    raise ProtocolViolation("truncated fixed-size fields")
-                values.update(zip(name, reader.unpack_from(buf, pos), strict=True))
-                pos += size
-            else:
-                values[name], pos = reader(buf, pos)
-        if flexible:
-            if pos < len(buf) and buf[pos] == 0:  # an empty tag buffer: the common case
-                count = 0
-                pos += 1
-            else:
-                count, pos = read_uvarint(buf, pos)
-            for _ in range(count):
-                tag, pos = read_uvarint(buf, pos)
-                size, pos = read_uvarint(buf, pos)
-                _need(buf, pos, size)
-                known = tagged.get(tag)
-                if known is not None:
-                    end = pos + size
-                    values[known[0]], pos = known[1](memoryview(buf)[:end], pos)
-                    if pos != end:
-                        raise ProtocolViolation(f"tagged field {tag} size mismatch")
-                else:
-                    pos += size  # unknown tags are skipped, as the protocol requires
-        result = Struct()
-        result.__dict__.update(values)
-        return result, pos
 
-    return read
+def _read_tags(buf, pos: int, tagged: dict[int, tuple[str, Reader]], values: dict) -> int:
+    """A struct's tagged fields: the known ones into ``values``, the others skipped."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        _need(buf, pos, size)
+        known = tagged.get(tag)
+        if known is not None:
+            end = pos + size
+            values[known[0]], pos = known[1](memoryview(buf)[:end], pos)
+            if pos != end:
+                raise ProtocolViolation(f"tagged field {tag} size mismatch")
+        else:
+            pos += size  # unknown tags are skipped, as the protocol requires
+    return pos
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,38 +580,49 @@ def _struct_writer(fields: tuple[F, ...], version: int, flexible: bool) -> Write
     # defaults computed once: a field equal to its default is not sent (lists compare by value)
     tagged = [(tag, name, default_value(f, version), writer) for tag, name, f, writer in tagged]
 
-    def write(w: Writer, obj):
-        values = obj if isinstance(obj, dict) else obj.__dict__
-        get = values.get
-        for name, f, writer, packed in plan:
-            if packed is not None:
-                w.buf += packed.pack(*[get(n, d) for n, d in zip(name, f, strict=True)])
-                continue
-            v = get(name, _MISSING)
-            writer(w, default_value(f, version) if v is _MISSING else v)
-        if flexible:
-            if not tagged:
-                w.buf.append(0)  # an empty tag buffer: the common case, no work
-                return
-            present = []
-            for tag, name, default, writer in tagged:
-                v = get(name, _MISSING)
-                if v is _MISSING or v is None or v == default:
-                    continue
-                sub = Writer()
-                writer(sub, v)
-                present.append((tag, sub.finish()))
-            write_uvarint(w.buf, len(present))
-            for tag, parts in present:
-                write_uvarint(w.buf, tag)
-                write_uvarint(w.buf, sum(len(p) for p in parts))
-                for p in parts:
-                    if isinstance(p, FileRegion):
-                        w.add_region(p)
-                    else:
-                        w.buf += p
+    # Compiled into the source of one function, as the reader is. A field's default is computed
+    # once: writers never change the values they are given.
+    env: dict[str, Any] = {"write_tags": _write_tags, "TAGGED": tagged}
+    lines = ["def write(w, obj):",
+             "    get = (obj if isinstance(obj, dict) else obj.__dict__).get"]
+    for i, (name, f, writer, packed) in enumerate(plan):
+        if packed is not None:
+            env[f"p{i}"] = packed.pack
+            env.update((f"d{i}_{j}", default) for j, default in enumerate(f))
+            args = ", ".join(f"get({n!r}, d{i}_{j})" for j, n in enumerate(name))
+            lines.append(f"    w.buf += p{i}({args})")
+        else:
+            env[f"w{i}"] = writer
+            env[f"d{i}"] = default_value(f, version)
+            lines.append(f"    w{i}(w, get({name!r}, d{i}))")
+    if flexible:
+        if tagged:
+            lines.append("    write_tags(w, get, TAGGED)")
+        else:
+            lines.append("    w.buf.append(0)  # an empty tag buffer: the common case, no work")
+    exec(_code("\n".join(lines)), env)  # the source is built above from the schema's names only
+    return env["write"]
 
-    return write
+
+def _write_tags(w: Writer, get, tagged: list[tuple[int, str, Any, WriteFn]]) -> None:
+    """A struct's tagged fields: those set to other than their default, in tag order."""
+    present = []
+    for tag, name, default, writer in tagged:
+        v = get(name, _MISSING)
+        if v is _MISSING or v is None or v == default:
+            continue
+        sub = Writer()
+        writer(sub, v)
+        present.append((tag, sub.finish()))
+    write_uvarint(w.buf, len(present))
+    for tag, parts in present:
+        write_uvarint(w.buf, tag)
+        write_uvarint(w.buf, sum(len(p) for p in parts))
+        for p in parts:
+            if isinstance(p, FileRegion):
+                w.add_region(p)
+            else:
+                w.buf += p
 
 
 # ---------------------------------------------------------------------------------------------
