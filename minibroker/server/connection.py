@@ -603,8 +603,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._pump()
 
     def _respond(self, header, version: int, response, started: float) -> None:
-        quotas = self.broker.client_quotas
-        if quotas.request.enabled and response is not None:
+        quotas = vars(self.broker).get("client_quotas")  # None until a client quota is set
+        if quotas is not None and quotas.request.enabled and response is not None:
             spent = getattr(header, "loop_seconds", None)
             quotas.charge_request_time(self, header, response,
                                        time.perf_counter() - started if spent is None else spent)
