@@ -58,7 +58,11 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+# This checkout's minibroker, unless PYTHONPATH names another one: a subprocess measuring a baseline tree
+# (scripts/bench_faults.py's in-process rounds) must import that tree's code, not this one's.
+_PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+if not any(os.path.isdir(os.path.join(p, "minibroker")) for p in _PYTHONPATH):
+    sys.path.insert(0, ROOT)
 
 from minibroker.protocol import codec  # noqa: E402
 from minibroker.records import Compression, build_records  # noqa: E402
@@ -646,6 +650,14 @@ def run_generator_stats(port: int, frames: list[bytes], count: int, window: int 
 
 # ------------------------------------------------------------------------------------------------
 # workloads
+
+
+def print_report(out: dict, path: str | None) -> None:
+    """Print a script's results as JSON, and write them to ``path`` too when given (``--out``)."""
+    print(json.dumps(out, indent=2))
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=2)
 
 
 def stats(values: list[float]) -> dict:

@@ -23,7 +23,6 @@ the rounds, and each tree's ratio to ``this``. Build the C accelerator in every 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -92,10 +91,7 @@ def main(argv=None) -> int:
         }
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": opts.rounds,
            "scale": opts.scale, "pure_python": opts.pure_python, "trees": trees, "results": results}
-    print(json.dumps(out, indent=2))
-    if opts.out:
-        with open(opts.out, "w") as f:
-            json.dump(out, f, indent=2)
+    bench.print_report(out, opts.out)
     return 0
 
 
