@@ -1,6 +1,8 @@
 """Encode and decode every Kafka message at every version, driven by the generated schema.
 
-Each (message, version) pair is compiled once into a reader and a writer closure; the
+Each (message, version) pair is compiled once, on first use, into a reader and a writer: every
+struct's plan is written out as the source of one Python function (no loop over the plan per
+message), whose code object is shared by every struct with the same source; the
 rules of flexible versions (compact strings/arrays/bytes as unsigned varints, tagged fields
 at the end of every struct, nullable structs) live here and nowhere else.
 
