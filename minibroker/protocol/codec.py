@@ -337,7 +337,7 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
         nonlocal run_names, run_format
         if run_names:
             packed = struct.Struct(">" + run_format)
-            plan.append((tuple(run_names), packed, len(run_names)))
+            plan.append((tuple(run_names), packed, len(run_names), None))
             run_names, run_format = [], ""
 
     for f in fields:
@@ -354,21 +354,26 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
             if flexible:
                 tagged[f.tag] = (f.name, _field_reader(f, version, flexible))
         else:
-            plan.append((f.name, _field_reader(f, version, flexible), 0))
+            plan.append((f.name, _field_reader(f, version, flexible), 0, f))
     close_run()
     shared_defaults, fresh_defaults = _absent_defaults(absent, version)
     # The plan is compiled into the source of one function (no loop over the plan, no dict per
     # message): decoding is most of a small request's cost in the codec.
     env: dict[str, Any] = {"Struct": Struct, "PV": ProtocolViolation, "read_tags": _read_tags,
-                           "TAGGED": tagged, "default_value": default_value}
+                           "TAGGED": tagged, "default_value": default_value, "I16": _I16.unpack_from,
+                           "I32": _I32.unpack_from, "read_uvarint": read_uvarint, "utf8": _utf8}
     lines = ["def read(buf, pos):"]
     values: list[tuple[str, str]] = [(name, f"SHARED[{name!r}]") for name in shared_defaults]
     env["SHARED"] = shared_defaults
     for i, (name, f) in enumerate(fresh_defaults):
         env[f"f{i}"] = f
         values.append((name, f"default_value(f{i}, {version})"))
-    for i, (name, reader, n) in enumerate(plan):
-        if n:
+    for i, (name, reader, n, f) in enumerate(plan):
+        inline = None if n else _inline_reader(f, version, flexible, f"v{i}", f"e{i}", env)
+        if inline is not None:
+            lines += inline
+            values.append((name, f"v{i}"))
+        elif n:
             env[f"u{i}"] = reader.unpack_from
             targets = [f"v{i}_{j}" for j in range(n)]
             lines += [f"    if pos + {reader.size} > len(buf):",
@@ -389,6 +394,47 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
     lines.append("    return result, pos")
     exec(_code("\n".join(lines)), env)  # the source is built above from the schema's names only
     return env["read"]
+
+
+def _inline_reader(f: F, version: int, flexible: bool, target: str, elem: str, env: dict) -> list[str] | None:
+    """Source lines that read field ``f`` into ``target`` in place of a call to its reader, for the
+    fields most messages are made of: strings and arrays of structs (whose element reader goes into
+    ``env`` as ``elem``). None for any other field. Same checks and messages as the readers above."""
+    if f.type not in ("string", "[]struct"):
+        return None
+    compact = flexible if f.flexible is None else in_range(version, f.flexible)
+    nullable = in_range(version, f.nullable)
+    what = "string" if f.type == "string" else "array"
+    if compact:
+        lines = ["    n = buf[pos]",
+                 "    if n < 0x80:  # one byte: every length below 127",
+                 "        n -= 1",
+                 "        pos += 1",
+                 "    else:",
+                 "        n, pos = read_uvarint(buf, pos)",
+                 "        n -= 1"]
+    else:
+        width, unpack = (2, "I16") if f.type == "string" else (4, "I32")
+        lines = [f"    if pos + {width} > len(buf):",
+                 "        raise PV('truncated fixed-size field')",
+                 f"    n, = {unpack}(buf, pos)",
+                 f"    pos += {width}"]
+    null = f"{target} = None" if nullable else f"raise PV('null for a non-nullable {what}')"
+    lines += ["    if n < 0:", f"        {null}", "    else:"]
+    if f.type == "string":
+        return [*lines,
+                "        if pos + n > len(buf):",
+                "            raise PV(f'truncated: need {n} bytes at {pos}, have {len(buf) - pos}')",
+                f"        {target} = utf8(memoryview(buf)[pos:pos + n])",
+                "        pos += n"]
+    env[elem] = _struct_reader(f.fields, version, flexible)
+    return [*lines,
+            "        if n > len(buf) - pos:  # every element takes at least one byte: refuse absurd counts",
+            "            raise PV(f'array of {n} elements in {len(buf) - pos} bytes')",
+            f"        {target} = []",
+            "        for _ in range(n):",
+            f"            x, pos = {elem}(buf, pos)",
+            f"            {target}.append(x)"]
 
 
 def _read_tags(buf, pos: int, tagged: dict[int, tuple[str, Reader]], values: dict) -> int:
