@@ -353,8 +353,9 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
             absent.append((f.name, f))  # until the tagged section says otherwise
             if flexible:
                 tagged[f.tag] = (f.name, _field_reader(f, version, flexible))
-        else:
-            plan.append((f.name, _field_reader(f, version, flexible), 0, f))
+        else:  # strings and arrays of structs are read inline (_inline_reader): no reader to build
+            reader = None if f.type in _INLINE_TYPES else _field_reader(f, version, flexible)
+            plan.append((f.name, reader, 0, f))
     close_run()
     shared_defaults, fresh_defaults = _absent_defaults(absent, version)
     # The plan is compiled into the source of one function (no loop over the plan, no dict per
@@ -396,11 +397,14 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
     return env["read"]
 
 
+_INLINE_TYPES = ("string", "[]struct")
+
+
 def _inline_reader(f: F, version: int, flexible: bool, target: str, elem: str, env: dict) -> list[str] | None:
     """Source lines that read field ``f`` into ``target`` in place of a call to its reader, for the
     fields most messages are made of: strings and arrays of structs (whose element reader goes into
     ``env`` as ``elem``). None for any other field. Same checks and messages as the readers above."""
-    if f.type not in ("string", "[]struct"):
+    if f.type not in _INLINE_TYPES:
         return None
     compact = flexible if f.flexible is None else in_range(version, f.flexible)
     nullable = in_range(version, f.nullable)
@@ -685,21 +689,30 @@ def is_flexible(message: Message, version: int) -> bool:
     return in_range(version, message.flexible)
 
 
-@cache
-def _compiled(name: str, version: int) -> tuple[Reader, WriteFn]:
+def _message(name: str, version: int) -> Message:
     message = MESSAGES[name]
     if not in_range(version, message.valid):
         raise UnsupportedVersion(f"{name} v{version} is outside {message.valid}")
-    flexible = is_flexible(message, version)
-    return (
-        _struct_reader(message.fields, version, flexible),
-        _struct_writer(message.fields, version, flexible),
-    )
+    return message
+
+
+# Reader and writer built apart, each on its first use: a broker decodes requests and encodes
+# responses, never the other way round, and building one costs its source's compilation.
+@cache
+def _reader(name: str, version: int) -> Reader:
+    message = _message(name, version)
+    return _struct_reader(message.fields, version, is_flexible(message, version))
+
+
+@cache
+def _writer(name: str, version: int) -> WriteFn:
+    message = _message(name, version)
+    return _struct_writer(message.fields, version, is_flexible(message, version))
 
 
 def decode(name: str, version: int, buf, pos: int = 0, *, exact: bool = True) -> Struct:
     """Decode message ``name`` at ``version`` from ``buf[pos:]``."""
-    reader = _compiled(name, version)[0]
+    reader = _reader(name, version)
     try:
         value, end = reader(buf, pos)
     except (IndexError, struct.error) as e:
@@ -710,7 +723,7 @@ def decode(name: str, version: int, buf, pos: int = 0, *, exact: bool = True) ->
 
 
 def encode_into(w: Writer, name: str, version: int, obj: Any) -> None:
-    _compiled(name, version)[1](w, obj)
+    _writer(name, version)(w, obj)
 
 
 def encode(name: str, version: int, obj: Any) -> bytes:
@@ -759,7 +772,7 @@ def decode_request_header(buf) -> tuple[RequestHeader, int]:
     api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(buf, 0)
     header_version = request_header_version(api_key, api_version)
     try:
-        header, end = _compiled("RequestHeader", header_version)[0](buf, 0)
+        header, end = _reader("RequestHeader", header_version)(buf, 0)
     except (IndexError, struct.error) as e:
         raise ProtocolViolation(f"truncated request header ({e})") from e
     return RequestHeader(
@@ -807,7 +820,7 @@ def encode_response(
 def decode_response(api_key: int, api_version: int, frame) -> tuple[int, Struct]:
     """Decode a response frame (without its size prefix) -> (correlation_id, body)."""
     header_version = response_header_version(api_key, api_version)
-    reader = _compiled("ResponseHeader", header_version)[0]
+    reader = _reader("ResponseHeader", header_version)
     header, pos = reader(frame, 0)
     return header.correlation_id, decode(RESPONSES[api_key].name, api_version, frame, pos)
 
