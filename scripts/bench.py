@@ -58,7 +58,11 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+# This checkout's minibroker, unless PYTHONPATH names another one: a subprocess measuring a baseline tree
+# (scripts/bench_faults.py's in-process rounds) must import that tree's code, not this one's.
+_PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+if not any(os.path.isdir(os.path.join(p, "minibroker")) for p in _PYTHONPATH):
+    sys.path.insert(0, ROOT)
 
 from minibroker.protocol import codec  # noqa: E402
 from minibroker.records import Compression, build_records  # noqa: E402
@@ -109,10 +113,13 @@ def wait_port(port: int, timeout: float = 20.0) -> float:
 
 
 class BrokerProcess:
-    """``python -m minibroker serve`` in a subprocess with its own data dir."""
+    """``python -m minibroker serve`` in a subprocess with its own data dir; ``tree``: a checkout whose
+    code it runs (default this one), for A/B runs of two commits."""
 
-    def __init__(self, overrides: dict[str, str] | None = None, loop: str = "auto", env: dict | None = None):
-        self.env = {**bench_env(), **(env or {})}
+    def __init__(self, overrides: dict[str, str] | None = None, loop: str = "auto", env: dict | None = None,
+                 tree: str = ROOT):
+        self.tree = tree
+        self.env = {**bench_env(), **({"PYTHONPATH": tree} if tree != ROOT else {}), **(env or {})}
         self.dir = tempfile.mkdtemp(prefix="mb-bench-")
         self.port = free_port()
         self.overrides = {
@@ -133,7 +140,7 @@ class BrokerProcess:
             cmd += ["--override", f"{k}={v}"]
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
+            cmd, cwd=self.tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
         )
         wait_port(self.port)
         self.startup_s = time.perf_counter() - t0
@@ -643,6 +650,14 @@ def run_generator_stats(port: int, frames: list[bytes], count: int, window: int 
 
 # ------------------------------------------------------------------------------------------------
 # workloads
+
+
+def print_report(out: dict, path: str | None) -> None:
+    """Print a script's results as JSON, and write them to ``path`` too when given (``--out``)."""
+    print(json.dumps(out, indent=2))
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=2)
 
 
 def stats(values: list[float]) -> dict:

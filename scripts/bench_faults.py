@@ -51,31 +51,6 @@ def _rule_elsewhere(port: int) -> None:
     urllib.request.urlopen(request, timeout=10).close()
 
 
-class BaselineBroker(BrokerProcess):
-    """A broker running another checkout's code: ``python -m`` puts the working directory first on the
-    path, so it runs from there (bytecode off: nothing is written into that tree)."""
-
-    def __init__(self, tree: str, overrides: dict[str, str]):
-        super().__init__(overrides, env={"PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"})
-        self.tree = tree
-
-    def start(self) -> BrokerProcess:
-        import subprocess
-        import time
-
-        from bench import wait_port
-
-        cmd = [sys.executable, "-m", "minibroker", "serve", "--log-level", "WARNING", "--loop", self.loop]
-        for k, v in self.overrides.items():
-            cmd += ["--override", f"{k}={v}"]
-        t0 = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, cwd=self.tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     env=self.env)
-        wait_port(self.port)
-        self.startup_s = time.perf_counter() - t0
-        return self
-
-
 def measure(kind: str, frames: list[bytes], requests: int, baseline: str | None) -> tuple[float, float]:
     """(broker CPU µs per request, records/s) of one broker of ``kind``."""
     overrides: dict[str, str] = {}
@@ -85,7 +60,10 @@ def measure(kind: str, frames: list[bytes], requests: int, baseline: str | None)
     if kind == "rule elsewhere":
         metrics = free_port()
         overrides["metrics.port"] = str(metrics)
-    broker = BaselineBroker(baseline, overrides) if kind == "baseline" else BrokerProcess(overrides)
+    # a baseline tree's code runs from there, bytecode off: nothing is written into that tree
+    baseline_env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    broker = (BrokerProcess(overrides, tree=baseline, env=baseline_env) if kind == "baseline"
+              else BrokerProcess(overrides))
     with broker:
         create_topic(broker.port, "raw")
         if metrics is not None:

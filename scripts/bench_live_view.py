@@ -29,9 +29,7 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -45,36 +43,6 @@ from minibroker.records import Compression  # noqa: E402
 
 RECORD_SIZE = 100
 PER_BATCH = 10
-
-
-class Broker:
-    """``python -m minibroker serve`` run from ``tree`` (its own code), WARNING logs, fresh data dir."""
-
-    def __init__(self, tree: str, overrides: dict[str, str]):
-        self.tree = tree
-        self.dir = tempfile.mkdtemp(prefix="mb-bench-ui-")
-        self.port = bench.free_port()
-        self.overrides = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": self.dir,
-                          "socket.send.buffer.bytes": "-1", "socket.receive.buffer.bytes": "-1", **overrides}
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> Broker:
-        cmd = [sys.executable, "-m", "minibroker", "serve", "--log-level", "WARNING"]
-        for k, v in self.overrides.items():
-            cmd += ["--override", f"{k}={v}"]
-        env = {**bench.bench_env(), "PYTHONPATH": self.tree}
-        self.proc = subprocess.Popen(cmd, cwd=self.tree, env=env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        bench.wait_port(self.port)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        subprocess.run(["rm", "-rf", self.dir], check=False)
 
 
 class FeedSubscriber(threading.Thread):
@@ -106,7 +74,7 @@ class FeedSubscriber(threading.Thread):
 
 
 def measure(tree: str, overrides: dict[str, str], frames: list[bytes], count: int, subscribe: bool) -> dict:
-    with Broker(tree, overrides) as b:
+    with bench.BrokerProcess(overrides, tree=tree) as b:
         bench.create_topic(b.port, "ui-bench")
         bench.run_generator(b.port, frames, max(200, count // 20))  # warm: imports, the first segment
         sub = None
@@ -241,10 +209,7 @@ def main(argv=None) -> int:
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "frames": opts.frames,
            "reps": opts.reps, "batch": f"{PER_BATCH} x {RECORD_SIZE} B", "baseline": base,
            "baseline_tree": opts.baseline_tree, "results": summary, "append_path_in_process": in_process}
-    print(json.dumps(out, indent=2))
-    if opts.out:
-        with open(opts.out, "w") as f:
-            json.dump(out, f, indent=2)
+    bench.print_report(out, opts.out)
     return 0
 
 

@@ -41,7 +41,8 @@ async def main():
             done.set()
             return
         modules = sorted(m for m in sys.modules if m.startswith("minibroker") or m.split(".")[0] in
-                         ("ssl", "crc32c", "email", "importlib", "hashlib", "lz4", "zstandard", "snappy"))
+                         ("ssl", "crc32c", "email", "importlib", "hashlib", "lz4", "zstandard", "snappy",
+                          "dataclasses"))
         cleaner = broker.logs.cleaner
         print(json.dumps({"modules": modules, "services": loaded_services(broker),
                           "cleaner_running": cleaner is not None and cleaner._task is not None}), flush=True)
@@ -57,13 +58,13 @@ asyncio.run(main())
 # What a plaintext broker with default config must not have imported after start-up.
 LAZY_MODULES = (
     "minibroker.coordinator",  # every coordinator: groups, transactions, share groups, producer ids
-    "minibroker.security.sasl.authenticator", "minibroker.security.sasl.scram",
-    "minibroker.security.sasl.plain", "minibroker.security.sasl.oauthbearer",
+    "minibroker.security.sasl", "minibroker.config.sasl", "minibroker.config.jaas",
     "minibroker.security.scram_credentials", "minibroker.security.tls", "minibroker.security.authorizer",
     "minibroker.storage.cleaner", "minibroker.server.faults", "minibroker.server.faults_http",
-    "minibroker.services.replica_manager", "minibroker.services.share_sessions",
+    "minibroker.services.replica_manager", "minibroker.services.share_sessions", "minibroker.services.quotas",
     "minibroker.records.v2", "minibroker.records.codecs", "minibroker.tools",
     "crc32c", "email", "importlib.metadata", "hashlib", "lz4", "zstandard", "snappy",
+    "dataclasses",  # the log dir moves' classes are plain ones: 2 ms of start-up
 )
 
 
@@ -132,7 +133,7 @@ def test_a_plain_broker_imports_no_lazy_subsystem(child):
     assert [m for prefix in LAZY_MODULES for m in _loaded(probe, prefix)] == []
     handler_modules = {m for m in probe["modules"] if m.startswith("minibroker.handlers.")}
     assert handler_modules == {"minibroker.handlers.registry", "minibroker.handlers.api_versions"}
-    assert set(probe["services"]) == {"authorizer", "client_quotas"}  # None and the (empty) quotas
+    assert set(probe["services"]) == {"authorizer"}  # None: no authorizer.class.name
     assert not probe["cleaner_running"]
 
 
@@ -252,6 +253,38 @@ def test_creating_a_compacted_topic_starts_the_cleaner(child):
     assert _loaded(probe, "minibroker.storage.cleaner") and probe["cleaner_running"]
 
 
+def test_client_quotas_load_when_one_is_set_and_then_throttle(child):
+    """No quota at start: neither the quotas nor the connection rates are built. A quota set at run time
+    (AlterClientQuotas, sent by kafka-python) loads them and throttles a real producer; a restart finds
+    the saved quota and builds them at start-up."""
+    pytest.importorskip("kafka")
+    from kafka import KafkaProducer
+    from test_quotas import KafkaPythonQuotas  # AlterClientQuotas through kafka-python's own requests
+
+    window = ("quota.window.num=3", "quota.window.size.seconds=1")
+    broker = child(*window)
+    probe = broker.probe()
+    assert "client_quotas" not in probe["services"] and _loaded(probe, "minibroker.services.quotas") == []
+    quotas = KafkaPythonQuotas(broker.bootstrap)
+    try:
+        assert quotas.alter([("client-id", "lazy-quota")], {"producer_byte_rate": 64 * 1024}) == (0, None)
+    finally:
+        quotas.close()
+    probe = broker.probe()
+    assert "client_quotas" in probe["services"] and _loaded(probe, "minibroker.services.quotas")
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, client_id="lazy-quota", linger_ms=5)
+    for _ in range(300):  # 300 KB: over the two windows (128 KiB) a client may burst before throttling
+        producer.send("lazy-quota", b"x" * 1000)
+    producer.flush(60)
+    metrics = {k: v for group in producer.metrics().values() for k, v in group.items()}
+    producer.close()
+    assert metrics["throttle-time-max"] > 0
+    data_dir = broker.data_dir
+    broker.stop()
+    probe = child(*window, data_dir=data_dir).probe()  # saved quotas apply from the first accept
+    assert "client_quotas" in probe["services"]
+
+
 def test_a_sasl_listener_loads_sasl_at_start_up(child):
     broker = child("listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
                    "sasl.enabled.mechanisms=PLAIN",
@@ -261,6 +294,13 @@ def test_a_sasl_listener_loads_sasl_at_start_up(child):
     assert {"sasl_listeners", "scram_credentials"} <= set(probe["services"])
     assert _loaded(probe, "minibroker.security.sasl.authenticator")
     assert _loaded(probe, "minibroker.security.tls") == []  # no TLS listener
+
+
+def test_start_up_looks_for_the_client_quotas_file_by_its_real_name():
+    from minibroker.services import CLIENT_QUOTAS_FILE
+    from minibroker.services.quotas import QUOTAS_FILE
+
+    assert CLIENT_QUOTAS_FILE == QUOTAS_FILE
 
 
 def test_start_up_looks_for_the_scram_credentials_file_by_its_real_name():

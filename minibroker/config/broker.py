@@ -43,7 +43,6 @@ from minibroker.config.keys import (
     split_listener_key,
 )
 from minibroker.config.listeners import Listener, parse_listeners, parse_security_protocol_map
-from minibroker.config.sasl import SaslConfigError, sasl_listener_settings
 from minibroker.config.sources import ConfigError
 from minibroker.config.validators import parse_host_counts
 
@@ -406,8 +405,13 @@ def _check_cross_key(cfg: BrokerConfig) -> None:
     if cfg["max.connections.per.ip"] == 0 and not parse_host_counts(cfg["max.connections.per.ip.overrides"]):
         raise ConfigError("Invalid value 0 for configuration max.connections.per.ip: it can be 0 only if "
                           "max.connections.per.ip.overrides is set")
-    try:  # a SASL listener nobody could log in to (no served mechanism, PLAIN without users ...)
-        sasl_listener_settings(cfg, warn=False)
-    except SaslConfigError as e:
-        raise ConfigError(str(e)) from None
+    protocols = cfg.security_protocol_map()
+    if any(protocols.get(lst.name, "").startswith("SASL_") for lst in cfg.listener_endpoints()):
+        # the SASL settings' module only where a listener needs it: a plaintext broker never does
+        from minibroker.config.sasl import SaslConfigError, sasl_listener_settings
+
+        try:  # a SASL listener nobody could log in to (no served mechanism, PLAIN without users ...)
+            sasl_listener_settings(cfg, warn=False)
+        except SaslConfigError as e:
+            raise ConfigError(str(e)) from None
 

@@ -7,7 +7,7 @@ import collections
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["Listener", "parse_listeners", "parse_security_protocol_map", "resolve_advertised"]
+__all__ = ["Listener", "address_key", "parse_listeners", "parse_security_protocol_map", "resolve_advertised"]
 
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 
@@ -15,6 +15,14 @@ DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEX
 def csv_items(value: str) -> list[str]:
     """The items of a comma-separated value, stripped, empty ones dropped (Kafka's ``parseCsvList``)."""
     return [item.strip() for item in value.split(",") if item.strip()]
+
+def address_key(host: str) -> str:
+    """A peer address as the connection limits and quotas count it: an IPv4-mapped IPv6 address (what a
+    dual-stack listener reports for an IPv4 client) is the IPv4 address, as Java sees it."""
+    if host.startswith("::ffff:") and "." in host:
+        return host[7:]
+    return host
+
 
 Listener = collections.namedtuple("Listener", "name host port")
 Listener.__doc__ = "One listener: upper-case name, host ('' = all interfaces), port (0 = ephemeral)."

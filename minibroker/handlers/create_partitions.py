@@ -26,6 +26,7 @@ from minibroker.handlers.registry import handles
 from minibroker.protocol.codec import Struct
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import denied
+from minibroker.services import mutation_quota
 from minibroker.services.topic_admin import check_new_partitions
 
 MAX_RECORDS_PER_USER_OP = 10_000  # Kafka's QuorumController: one new partition is one record
@@ -58,7 +59,7 @@ def handle_create_partitions(broker, header, request):
         unique, results = [], [Struct(name=t.name, error_code=int(ErrorCode.POLICY_VIOLATION),
                                       error_message="Unable to perform excessively large batch operation.")
                                for t in unique]
-    mutations = broker.client_quotas.mutation_quota(header, strict_since=3)
+    mutations = mutation_quota(broker, header, strict_since=3)
     for t in unique:
         try:
             current = check_new_partitions(broker, t.name, t.count, t.assignments)

@@ -37,6 +37,7 @@ from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.protocol.uuids import uuid4_bytes
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize, denied
+from minibroker.services import mutation_quota
 from minibroker.services.topic_admin import check_new_topic, topic_id_of
 
 MAX_PARTITIONS_PER_REQUEST = 10_000  # Kafka: ReplicationControlManager.MAX_PARTITIONS_PER_BATCH
@@ -80,7 +81,7 @@ def handle_create_topics(broker, header, request):
             refused = denied(broker, header, AclOperation.CREATE, ResourceType.TOPIC, counts)
         hidden_configs = denied(broker, header, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, counts,
                                 log_denied=False)
-    mutations = broker.client_quotas.mutation_quota(header, strict_since=6)
+    mutations = mutation_quota(broker, header, strict_since=6)
     for t in unique:
         if refused and t.name in refused:
             results.append(_error(t.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))

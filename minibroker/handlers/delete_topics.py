@@ -24,6 +24,7 @@ from minibroker.protocol.codec import Struct
 from minibroker.protocol.declarations import ZERO_UUID
 from minibroker.security.acls import AclOperation, ResourceType
 from minibroker.security.authorizer import authorize
+from minibroker.services import mutation_quota
 from minibroker.services.topic_admin import delete_topic, topic_id_of, topic_name_for_id
 
 TOPIC_DENIED = "Topic authorization failed."
@@ -93,7 +94,7 @@ def handle_delete_topics(broker, header, request):
                                    "The provided topic name maps to an ID that was already supplied."))
         else:
             to_delete[name] = topic_id_of(info)
-    mutations = broker.client_quotas.mutation_quota(header, strict_since=5)
+    mutations = mutation_quota(broker, header, strict_since=5)
     for name, topic_id in to_delete.items():
         try:
             mutations.take(topics[name].partitions)

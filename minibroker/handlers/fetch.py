@@ -333,7 +333,8 @@ def handle_fetch(broker, header, request):
     if broker.authorizer is not None:
         plan.denied = denied(broker, header, AclOperation.READ, ResourceType.TOPIC,
                              [name for name, _, _ in plan.topics])
-    if broker.client_quotas.fetch.enabled:
+    quotas = vars(broker).get("client_quotas")  # None until a client quota is set
+    if quotas is not None and quotas.fetch.enabled:
         _apply_fetch_quota(plan, header)
     responses, total = read_partitions(plan)
     min_bytes = max(request.min_bytes, 0)

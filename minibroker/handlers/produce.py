@@ -163,8 +163,9 @@ def handle_produce(broker, header, request):
                 partitions.append(_failed(topic.name, pdata.index, e))
         responses.append(_topic_response(topic, partitions))
     throttle_ms = 0
-    if broker.client_quotas.produce.enabled:  # producer_byte_rate: the request's record bytes count
-        throttle_ms = broker.client_quotas.charge_produce(header, sum(
+    quotas = vars(broker).get("client_quotas")  # None until a client quota is set
+    if quotas is not None and quotas.produce.enabled:  # producer_byte_rate: the record bytes count
+        throttle_ms = quotas.charge_produce(header, sum(
             len(p.records) for t in request.topic_data for p in t.partition_data if p.records is not None))
     if deferred:
         return _finish_in_worker(replicas, version, now_ms, request.acks, responses, deferred, throttle_ms)

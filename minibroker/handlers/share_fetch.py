@@ -108,8 +108,9 @@ class ShareFetchPlan:
         # what the quota window allows in one go (KafkaApis.handleShareFetchRequest); unlike a Fetch, the
         # answer is not throttled afterwards: its records are already acquired.
         self.max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
-        if broker.client_quotas is not None and broker.client_quotas.fetch.enabled:
-            cap = broker.client_quotas.fetch_byte_cap(header)
+        quotas = vars(broker).get("client_quotas")  # None until a client quota is set
+        if quotas is not None and quotas.fetch.enabled:
+            cap = quotas.fetch_byte_cap(header)
             if cap is not None:
                 self.max_bytes = min(self.max_bytes, cap)
         self.strict = self.version >= 2 and request.share_acquire_mode == RECORD_LIMIT

@@ -1,6 +1,8 @@
 """Encode and decode every Kafka message at every version, driven by the generated schema.
 
-Each (message, version) pair is compiled once into a reader and a writer closure; the
+Each (message, version) pair is compiled once, on first use, into a reader and a writer: every
+struct's plan is written out as the source of one Python function (no loop over the plan per
+message), whose code object is shared by every struct with the same source; the
 rules of flexible versions (compact strings/arrays/bytes as unsigned varints, tagged fields
 at the end of every struct, nullable structs) live here and nowhere else.
 
@@ -316,6 +318,13 @@ def _absent_defaults(absent: list[tuple[str, F]], version: int) -> tuple[dict, l
     return shared, fresh
 
 
+@cache
+def _code(source: str):
+    """A generated reader's or writer's source, compiled: the same struct at many versions, and
+    structs alike, share one compilation (it costs more than the rest of building a codec)."""
+    return compile(source, "<minibroker.protocol.codec>", "exec")
+
+
 def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reader:
     # plan entries: (names, reader, n) -- n > 0: one struct.unpack for n consecutive fixed-size fields
     plan: list[tuple] = []
@@ -328,7 +337,7 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
         nonlocal run_names, run_format
         if run_names:
             packed = struct.Struct(">" + run_format)
-            plan.append((tuple(run_names), packed, len(run_names)))
+            plan.append((tuple(run_names), packed, len(run_names), None))
             run_names, run_format = [], ""
 
     for f in fields:
@@ -344,47 +353,110 @@ def _struct_reader(fields: tuple[F, ...], version: int, flexible: bool) -> Reade
             absent.append((f.name, f))  # until the tagged section says otherwise
             if flexible:
                 tagged[f.tag] = (f.name, _field_reader(f, version, flexible))
-        else:
-            plan.append((f.name, _field_reader(f, version, flexible), 0))
+        else:  # strings and arrays of structs are read inline (_inline_reader): no reader to build
+            reader = None if f.type in _INLINE_TYPES else _field_reader(f, version, flexible)
+            plan.append((f.name, reader, 0, f))
     close_run()
     shared_defaults, fresh_defaults = _absent_defaults(absent, version)
+    # The plan is compiled into the source of one function (no loop over the plan, no dict per
+    # message): decoding is most of a small request's cost in the codec.
+    env: dict[str, Any] = {"Struct": Struct, "PV": ProtocolViolation, "read_tags": _read_tags,
+                           "TAGGED": tagged, "default_value": default_value, "I16": _I16.unpack_from,
+                           "I32": _I32.unpack_from, "read_uvarint": read_uvarint, "utf8": _utf8}
+    lines = ["def read(buf, pos):"]
+    values: list[tuple[str, str]] = [(name, f"SHARED[{name!r}]") for name in shared_defaults]
+    env["SHARED"] = shared_defaults
+    for i, (name, f) in enumerate(fresh_defaults):
+        env[f"f{i}"] = f
+        values.append((name, f"default_value(f{i}, {version})"))
+    for i, (name, reader, n, f) in enumerate(plan):
+        inline = None if n else _inline_reader(f, version, flexible, f"v{i}", f"e{i}", env)
+        if inline is not None:
+            lines += inline
+            values.append((name, f"v{i}"))
+        elif n:
+            env[f"u{i}"] = reader.unpack_from
+            targets = [f"v{i}_{j}" for j in range(n)]
+            lines += [f"    if pos + {reader.size} > len(buf):",
+                      "        raise PV('truncated fixed-size fields')",
+                      f"    {', '.join(targets)}, = u{i}(buf, pos)",
+                      f"    pos += {reader.size}"]
+            values += zip(name, targets, strict=True)
+        else:
+            env[f"r{i}"] = reader
+            lines.append(f"    v{i}, pos = r{i}(buf, pos)")
+            values.append((name, f"v{i}"))
+    lines.append(f"    result = Struct({', '.join(f'{name}={value}' for name, value in values)})")
+    if flexible:
+        lines += ["    if pos < len(buf) and buf[pos] == 0:  # an empty tag buffer: the common case",
+                  "        pos += 1",
+                  "    else:",
+                  "        pos = read_tags(buf, pos, TAGGED, result.__dict__)"]
+    lines.append("    return result, pos")
+    exec(_code("\n".join(lines)), env)  # the source is built above from the schema's names only
+    return env["read"]
 
-    def read(buf, pos):
-        values = dict(shared_defaults)
-        for name, f in fresh_defaults:
-            values[name] = default_value(f, version)
-        for name, reader, n in plan:
-            if n:
-                size = reader.size
-                if pos + size > len(buf):
-                    raise ProtocolViolation("truncated fixed-size fields")
-                values.update(zip(name, reader.unpack_from(buf, pos), strict=True))
-                pos += size
-            else:
-                values[name], pos = reader(buf, pos)
-        if flexible:
-            if pos < len(buf) and buf[pos] == 0:  # an empty tag buffer: the common case
-                count = 0
-                pos += 1
-            else:
-                count, pos = read_uvarint(buf, pos)
-            for _ in range(count):
-                tag, pos = read_uvarint(buf, pos)
-                size, pos = read_uvarint(buf, pos)
-                _need(buf, pos, size)
-                known = tagged.get(tag)
-                if known is not None:
-                    end = pos + size
-                    values[known[0]], pos = known[1](memoryview(buf)[:end], pos)
-                    if pos != end:
-                        raise ProtocolViolation(f"tagged field {tag} size mismatch")
-                else:
-                    pos += size  # unknown tags are skipped, as the protocol requires
-        result = Struct()
-        result.__dict__.update(values)
-        return result, pos
 
-    return read
+_INLINE_TYPES = ("string", "[]struct")
+
+
+def _inline_reader(f: F, version: int, flexible: bool, target: str, elem: str, env: dict) -> list[str] | None:
+    """Source lines that read field ``f`` into ``target`` in place of a call to its reader, for the
+    fields most messages are made of: strings and arrays of structs (whose element reader goes into
+    ``env`` as ``elem``). None for any other field. Same checks and messages as the readers above."""
+    if f.type not in _INLINE_TYPES:
+        return None
+    compact = flexible if f.flexible is None else in_range(version, f.flexible)
+    nullable = in_range(version, f.nullable)
+    what = "string" if f.type == "string" else "array"
+    if compact:
+        lines = ["    n = buf[pos]",
+                 "    if n < 0x80:  # one byte: every length below 127",
+                 "        n -= 1",
+                 "        pos += 1",
+                 "    else:",
+                 "        n, pos = read_uvarint(buf, pos)",
+                 "        n -= 1"]
+    else:
+        width, unpack = (2, "I16") if f.type == "string" else (4, "I32")
+        lines = [f"    if pos + {width} > len(buf):",
+                 "        raise PV('truncated fixed-size field')",
+                 f"    n, = {unpack}(buf, pos)",
+                 f"    pos += {width}"]
+    null = f"{target} = None" if nullable else f"raise PV('null for a non-nullable {what}')"
+    lines += ["    if n < 0:", f"        {null}", "    else:"]
+    if f.type == "string":
+        return [*lines,
+                "        if pos + n > len(buf):",
+                "            raise PV(f'truncated: need {n} bytes at {pos}, have {len(buf) - pos}')",
+                f"        {target} = utf8(memoryview(buf)[pos:pos + n])",
+                "        pos += n"]
+    env[elem] = _struct_reader(f.fields, version, flexible)
+    return [*lines,
+            "        if n > len(buf) - pos:  # every element takes at least one byte: refuse absurd counts",
+            "            raise PV(f'array of {n} elements in {len(buf) - pos} bytes')",
+            f"        {target} = []",
+            "        for _ in range(n):",
+            f"            x, pos = {elem}(buf, pos)",
+            f"            {target}.append(x)"]
+
+
+def _read_tags(buf, pos: int, tagged: dict[int, tuple[str, Reader]], values: dict) -> int:
+    """A struct's tagged fields: the known ones into ``values``, the others skipped."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        _need(buf, pos, size)
+        known = tagged.get(tag)
+        if known is not None:
+            end = pos + size
+            values[known[0]], pos = known[1](memoryview(buf)[:end], pos)
+            if pos != end:
+                raise ProtocolViolation(f"tagged field {tag} size mismatch")
+        else:
+            pos += size  # unknown tags are skipped, as the protocol requires
+    return pos
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,38 +632,49 @@ def _struct_writer(fields: tuple[F, ...], version: int, flexible: bool) -> Write
     # defaults computed once: a field equal to its default is not sent (lists compare by value)
     tagged = [(tag, name, default_value(f, version), writer) for tag, name, f, writer in tagged]
 
-    def write(w: Writer, obj):
-        values = obj if isinstance(obj, dict) else obj.__dict__
-        get = values.get
-        for name, f, writer, packed in plan:
-            if packed is not None:
-                w.buf += packed.pack(*[get(n, d) for n, d in zip(name, f, strict=True)])
-                continue
-            v = get(name, _MISSING)
-            writer(w, default_value(f, version) if v is _MISSING else v)
-        if flexible:
-            if not tagged:
-                w.buf.append(0)  # an empty tag buffer: the common case, no work
-                return
-            present = []
-            for tag, name, default, writer in tagged:
-                v = get(name, _MISSING)
-                if v is _MISSING or v is None or v == default:
-                    continue
-                sub = Writer()
-                writer(sub, v)
-                present.append((tag, sub.finish()))
-            write_uvarint(w.buf, len(present))
-            for tag, parts in present:
-                write_uvarint(w.buf, tag)
-                write_uvarint(w.buf, sum(len(p) for p in parts))
-                for p in parts:
-                    if isinstance(p, FileRegion):
-                        w.add_region(p)
-                    else:
-                        w.buf += p
+    # Compiled into the source of one function, as the reader is. A field's default is computed
+    # once: writers never change the values they are given.
+    env: dict[str, Any] = {"write_tags": _write_tags, "TAGGED": tagged}
+    lines = ["def write(w, obj):",
+             "    get = (obj if isinstance(obj, dict) else obj.__dict__).get"]
+    for i, (name, f, writer, packed) in enumerate(plan):
+        if packed is not None:
+            env[f"p{i}"] = packed.pack
+            env.update((f"d{i}_{j}", default) for j, default in enumerate(f))
+            args = ", ".join(f"get({n!r}, d{i}_{j})" for j, n in enumerate(name))
+            lines.append(f"    w.buf += p{i}({args})")
+        else:
+            env[f"w{i}"] = writer
+            env[f"d{i}"] = default_value(f, version)
+            lines.append(f"    w{i}(w, get({name!r}, d{i}))")
+    if flexible:
+        if tagged:
+            lines.append("    write_tags(w, get, TAGGED)")
+        else:
+            lines.append("    w.buf.append(0)  # an empty tag buffer: the common case, no work")
+    exec(_code("\n".join(lines)), env)  # the source is built above from the schema's names only
+    return env["write"]
 
-    return write
+
+def _write_tags(w: Writer, get, tagged: list[tuple[int, str, Any, WriteFn]]) -> None:
+    """A struct's tagged fields: those set to other than their default, in tag order."""
+    present = []
+    for tag, name, default, writer in tagged:
+        v = get(name, _MISSING)
+        if v is _MISSING or v is None or v == default:
+            continue
+        sub = Writer()
+        writer(sub, v)
+        present.append((tag, sub.finish()))
+    write_uvarint(w.buf, len(present))
+    for tag, parts in present:
+        write_uvarint(w.buf, tag)
+        write_uvarint(w.buf, sum(len(p) for p in parts))
+        for p in parts:
+            if isinstance(p, FileRegion):
+                w.add_region(p)
+            else:
+                w.buf += p
 
 
 # ---------------------------------------------------------------------------------------------
@@ -606,21 +689,30 @@ def is_flexible(message: Message, version: int) -> bool:
     return in_range(version, message.flexible)
 
 
-@cache
-def _compiled(name: str, version: int) -> tuple[Reader, WriteFn]:
+def _message(name: str, version: int) -> Message:
     message = MESSAGES[name]
     if not in_range(version, message.valid):
         raise UnsupportedVersion(f"{name} v{version} is outside {message.valid}")
-    flexible = is_flexible(message, version)
-    return (
-        _struct_reader(message.fields, version, flexible),
-        _struct_writer(message.fields, version, flexible),
-    )
+    return message
+
+
+# Reader and writer built apart, each on its first use: a broker decodes requests and encodes
+# responses, never the other way round, and building one costs its source's compilation.
+@cache
+def _reader(name: str, version: int) -> Reader:
+    message = _message(name, version)
+    return _struct_reader(message.fields, version, is_flexible(message, version))
+
+
+@cache
+def _writer(name: str, version: int) -> WriteFn:
+    message = _message(name, version)
+    return _struct_writer(message.fields, version, is_flexible(message, version))
 
 
 def decode(name: str, version: int, buf, pos: int = 0, *, exact: bool = True) -> Struct:
     """Decode message ``name`` at ``version`` from ``buf[pos:]``."""
-    reader = _compiled(name, version)[0]
+    reader = _reader(name, version)
     try:
         value, end = reader(buf, pos)
     except (IndexError, struct.error) as e:
@@ -631,7 +723,7 @@ def decode(name: str, version: int, buf, pos: int = 0, *, exact: bool = True) ->
 
 
 def encode_into(w: Writer, name: str, version: int, obj: Any) -> None:
-    _compiled(name, version)[1](w, obj)
+    _writer(name, version)(w, obj)
 
 
 def encode(name: str, version: int, obj: Any) -> bytes:
@@ -680,7 +772,7 @@ def decode_request_header(buf) -> tuple[RequestHeader, int]:
     api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(buf, 0)
     header_version = request_header_version(api_key, api_version)
     try:
-        header, end = _compiled("RequestHeader", header_version)[0](buf, 0)
+        header, end = _reader("RequestHeader", header_version)(buf, 0)
     except (IndexError, struct.error) as e:
         raise ProtocolViolation(f"truncated request header ({e})") from e
     return RequestHeader(
@@ -728,7 +820,7 @@ def encode_response(
 def decode_response(api_key: int, api_version: int, frame) -> tuple[int, Struct]:
     """Decode a response frame (without its size prefix) -> (correlation_id, body)."""
     header_version = response_header_version(api_key, api_version)
-    reader = _compiled("ResponseHeader", header_version)[0]
+    reader = _reader("ResponseHeader", header_version)
     header, pos = reader(frame, 0)
     return header.correlation_id, decode(RESPONSES[api_key].name, api_version, frame, pos)
 

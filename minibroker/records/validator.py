@@ -56,6 +56,7 @@ import struct
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from typing import NamedTuple
 
 import crc32c
 
@@ -150,9 +151,9 @@ class AppendPath(StrEnum):
         return self.value
 
 
-@dataclass(frozen=True, slots=True)
-class BatchFacts:
-    """Per stored batch: what the idempotence / transaction bookkeeping needs."""
+class BatchFacts(NamedTuple):
+    """Per stored batch: what the idempotence / transaction bookkeeping needs. A NamedTuple: one is
+    made per append, and a frozen dataclass's ``__init__`` cost 1.7 us of a small append's ~30."""
 
     producer_id: int
     producer_epoch: int

@@ -60,7 +60,6 @@ from minibroker.handlers.registry import HANDLERS, SERVED, CloseConnection, hand
 from minibroker.protocol import codec
 from minibroker.protocol.file_region import FileRegion
 from minibroker.security.principal import ANONYMOUS
-from minibroker.security.sasl import new_authenticator
 
 log = logging.getLogger("minibroker.server")
 request_log = logging.getLogger("minibroker.request")
@@ -205,8 +204,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.security_protocol = security_protocol  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
         self.tls = tls  # minibroker.security.tls.ListenerTls on SSL and SASL_SSL listeners, else None
         # SASL_PLAINTEXT and SASL_SSL: the SaslAuthenticator (minibroker/security/sasl) gates requests
-        # until a SASL login succeeds; None on other listeners.
-        self.sasl = new_authenticator(broker, self) if security_protocol.startswith("SASL_") else None
+        # until a SASL login succeeds; None on other listeners. Made by the broker's SaslListeners, so
+        # that a broker without SASL listeners never imports the package.
+        self.sasl = None
+        if security_protocol.startswith("SASL_"):
+            self.sasl = broker.sasl_listeners.authenticator(self)
 
     # -- connection lifecycle and flow control -------------------------------------------------
 
@@ -606,8 +608,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._pump()
 
     def _respond(self, header, version: int, response, started: float) -> None:
-        quotas = self.broker.client_quotas
-        if quotas.request.enabled and response is not None:
+        quotas = vars(self.broker).get("client_quotas")  # None until a client quota is set
+        if quotas is not None and quotas.request.enabled and response is not None:
             spent = getattr(header, "loop_seconds", None)
             quotas.charge_request_time(self, header, response,
                                        time.perf_counter() - started if spent is None else spent)

@@ -46,10 +46,11 @@ import errno
 import logging
 import socket
 
-from minibroker.services.quotas import ClientQuotas, Rate, Sensors, address_key, now_ms, throttle_ms
+from minibroker.config.listeners import address_key
 
 log = logging.getLogger("minibroker.server")
 
+UNLIMITED_RATE = 2**31 - 1  # max.connection.creation.rate's default: no limit
 ACCEPT_BATCH = 128  # connections accepted per wake-up, so a flood of connects cannot starve the loop
 ACCEPT_RETRY_S = 1.0  # pause after running out of file descriptors, as asyncio's own server does
 _RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -149,8 +150,9 @@ class SocketServer:
         self.request_queue = RequestQueue(config["queued.max.requests"])
         self._accepting = False
         self._backoff: asyncio.TimerHandle | None = None
-        # connection creation rates: max.connection.creation.rate and the ip client quotas
-        self.connection_rates = ConnectionRateQuotas(broker.client_quotas, config)
+        # connection creation rates (max.connection.creation.rate, the ip client quotas): measured once
+        # one is set (connection_rates)
+        self._connection_rates = None
         self._held: tuple | None = None  # the connection accepted while the broker-wide rate throttles
         self._rate_refused: dict[socket.socket, asyncio.TimerHandle] = {}  # held, then closed
         self._closed = False
@@ -163,6 +165,28 @@ class SocketServer:
         self.sweep_interval_s = min(1.0, max(0.01, self.idle_s / 10)) if self.idle_s is not None else 1.0
 
     # -- limits (read at each use: the dynamic ones change at run time) ------------------------
+
+    @property
+    def connection_rates(self):
+        """``ConnectionRateQuotas`` (minibroker/services/quotas.py, Kafka's ConnectionQuotas rates),
+        built on first use: a broker with no rate and no client quota set never imports the quotas."""
+        if self._connection_rates is None:
+            from minibroker.services.quotas import ConnectionRateQuotas
+
+            self._connection_rates = ConnectionRateQuotas(self.broker.client_quotas, self.config)
+        return self._connection_rates
+
+    def _rates_in_use(self, listener: str):
+        """The connection rates, if an accept on ``listener`` must be measured: a broker-wide or listener
+        ``max.connection.creation.rate`` is set, or client quotas are (an ip quota may be among them);
+        else None, and nothing is counted, as before a limit exists."""
+        if self._connection_rates is not None:
+            return self._connection_rates
+        config = self.config
+        if ("client_quotas" in vars(self.broker) or config["max.connection.creation.rate"] < UNLIMITED_RATE
+                or config.for_listener(listener, "max.connection.creation.rate") < UNLIMITED_RATE):
+            return self.connection_rates
+        return None
 
     def max_connections(self) -> int:
         return self.config["max.connections"]
@@ -263,7 +287,8 @@ class SocketServer:
                 log.warning("accept on listener %s failed: %s", listener.name, e)
                 return
             address = address_key(peer[0])
-            delay = self.connection_rates.broker_delay_ms(now_ms(), listener.name)
+            rates = self._rates_in_use(listener.name)
+            delay = rates.broker_delay_ms(listener.name) if rates is not None else 0
             if delay:
                 # Kafka's acceptor waits out the throttle before it takes the connection in; here the
                 # listening sockets leave the loop meanwhile
@@ -290,7 +315,8 @@ class SocketServer:
         """Serve an accepted connection, unless its address is over its connection_creation_rate: then
         it is held, unanswered and uncounted, for the throttle time and closed (Kafka's ConnectionQuotas
         delays the close, so that the client does not reconnect at once)."""
-        delay = self.connection_rates.address_delay_ms(address, now_ms())
+        rates = self._connection_rates
+        delay = rates.address_delay_ms(address) if rates is not None else 0
         if delay:
             log.debug("connection from %s over its connection_creation_rate: closing it in %d ms", address,
                       delay)
@@ -417,66 +443,3 @@ class SocketServer:
                 conn.close(abort=True)
         elif not self._accepting:
             self._resume_accepting()  # max.connections may have been raised
-
-
-class ConnectionRateQuotas:
-    """Connection creation rates as Kafka's ConnectionQuotas measures them: ``max.connection.creation.rate``
-    for the whole broker (over it, the acceptor waits the throttle time before taking the connection) and
-    ``connection_creation_rate`` per client address (over it, the connection is held unanswered for the
-    throttle time and then closed). Owned by the SocketServer; event loop only."""
-
-    def __init__(self, quotas: ClientQuotas, config):
-        self.quotas = quotas
-        self.config = config
-        self.num_samples = quotas.num_samples
-        self.window_ms = quotas.window_ms
-        self.broker_rate = Rate(self.num_samples, self.window_ms)
-        self.per_address = Sensors(self.num_samples, self.window_ms)
-        self.listener_rates: dict[str, Rate] = {}
-        self.broker_throttles = self.address_throttles = 0  # connections delayed / refused (tests, debugging)
-
-    def broker_delay_ms(self, now: float, listener: str | None = None) -> int:
-        """Record one new connection broker-wide and on ``listener``; the delay before accepting it (0
-        within both rates). A listener's rate is its
-        ``listener.name.<listener>.max.connection.creation.rate``, else the broker-wide one, which also
-        bounds all listeners together (Kafka's ConnectionQuotas)."""
-        delay = 0
-        limit = self.config["max.connection.creation.rate"]
-        if limit < 2**31 - 1:
-            self.broker_rate.record(1.0, now)
-            delay = throttle_ms(self.broker_rate, limit, now, self.window_ms)
-        if listener is not None:
-            listener_limit = self.config.for_listener(listener, "max.connection.creation.rate")
-            if listener_limit < 2**31 - 1:
-                rate = self.listener_rates.get(listener)
-                if rate is None:
-                    rate = self.listener_rates[listener] = Rate(self.num_samples, self.window_ms)
-                rate.record(1.0, now)
-                delay = max(delay, throttle_ms(rate, listener_limit, now, self.window_ms))
-        if delay:
-            self.broker_throttles += 1
-        return delay
-
-    def address_limit(self, address: str) -> float | None:
-        quotas = self.quotas
-        limit = quotas.ip_limits.get(address)
-        return quotas.ip_default if limit is None else limit
-
-    def address_delay_ms(self, address: str, now: float) -> int:
-        """Record a connection from ``address``; over its rate, take it back (here and broker-wide: the
-        connection is refused) and return how long to hold it before closing."""
-        quotas = self.quotas
-        if not quotas.ip_limits and quotas.ip_default is None:
-            return 0
-        limit = self.address_limit(address)
-        if limit is None:
-            return 0
-        rate = self.per_address.get(address, now)
-        rate.record(1.0, now)
-        delay = throttle_ms(rate, limit, now, self.window_ms)
-        if delay:
-            self.address_throttles += 1
-            rate.record(-1.0, now)
-            if self.config["max.connection.creation.rate"] < 2**31 - 1:
-                self.broker_rate.record(-1.0, now)
-        return delay

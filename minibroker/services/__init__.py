@@ -5,7 +5,9 @@ names each one's builder, and ``Broker.__getattr__`` (minibroker/server/broker.p
 time a handler reads the attribute, on the event loop; the handler module that reads it was imported
 off the loop (minibroker/handlers/registry.py), so the builder's own imports are usually done already.
 ``start_services`` builds one at start-up only when its state is on disk (``__transaction_state``,
-``__share_group_state``, ``__consumer_offsets``) or a listener needs it (SASL).
+``__share_group_state``, ``__consumer_offsets``, saved client quotas) or a listener needs it (SASL).
+Code on the request path that only checks a service (are quotas set?) reads ``vars(broker).get(name)``,
+which builds nothing: client quotas are None there until one is set.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ LAZY_SERVICES = {
 }
 
 SCRAM_CREDENTIALS_FILE = "minibroker-scram-credentials.json"  # security/scram_credentials.py's
+CLIENT_QUOTAS_FILE = "minibroker-client-quotas.json"  # services/quotas.py's
 
 # internal topic -> the service that owns it: built at start when the topic exists, so its state
 # (open transactions to time out, groups' offsets and their retention, share partitions' state) is
@@ -136,11 +139,13 @@ _OWNERS_OF_TOPICS = {
 
 
 def start_services(broker) -> None:
-    """Create what every request may need (the authorizer, client quotas), then the lazy services whose
-    state is on disk or whose listener is configured."""
-    # with authorizer.class.name set, ACLs load before the first request; quotas are read by every
-    # answer (request quotas) and every accept
-    ensure(broker, "authorizer", "client_quotas")
+    """Create what every request may need (the authorizer, client quotas once set), then the lazy
+    services whose state is on disk or whose listener is configured."""
+    # with authorizer.class.name set, ACLs load before the first request; quotas saved before apply
+    # from the first accept and answer (else the first AlterClientQuotas builds them)
+    ensure(broker, "authorizer")
+    if os.path.exists(os.path.join(broker.config.data_dir, CLIENT_QUOTAS_FILE)):
+        ensure(broker, "client_quotas")
     protocols = broker.config.security_protocol_map()
     if any(protocols.get(name, "").startswith("SASL_") for name, _, _ in broker.config.listener_endpoints()):
         ensure(broker, "sasl_listeners")  # a bad SASL setting fails start-up, not the first login
@@ -148,6 +153,27 @@ def start_services(broker) -> None:
         ensure(broker, "scram_credentials")  # a damaged file stops start-up, naming it
     topics = broker.logs.topics
     ensure(broker, *(service for topic, service in _OWNERS_OF_TOPICS.items() if topic in topics))
+
+
+class _NoMutationQuota:
+    """A CreateTopics, CreatePartitions or DeleteTopics request's controller mutation quota while no
+    client quota is set: nothing to take, nothing to add to the answer."""
+
+    def take(self, partitions: int) -> None:
+        pass
+
+    def finish(self, header, response):
+        return response
+
+
+_NO_MUTATION_QUOTA = _NoMutationQuota()
+
+
+def mutation_quota(broker, header, strict_since: int):
+    """The controller mutation quota of one request (``ClientQuotas.mutation_quota``), without building
+    the client quotas when none is set."""
+    quotas = vars(broker).get("client_quotas")
+    return _NO_MUTATION_QUOTA if quotas is None else quotas.mutation_quota(header, strict_since)
 
 
 def ensure(broker, *names: str) -> None:

@@ -1,11 +1,13 @@
 """Client quotas, as Kafka's ClientQuotaManager, ClientRequestQuotaManager and ConnectionQuotas keep them.
 
-Owner: ``ClientQuotas`` (``broker.client_quotas``, created and loaded by minibroker/services/__init__.py
-before the broker serves; event loop only). It holds the quota configs per entity, persisted whole in
-``minibroker-client-quotas.json`` at the log dir root (Kafka keeps them in its metadata log), and one
-``ClientRateQuota`` per enforced key with the windowed rate sensors that measure each client against it.
-``ConnectionRateQuotas`` (the SocketServer's, minibroker/server/sockets.py) measures connection creation
-per address and broker-wide against these configs.
+Owner: ``ClientQuotas`` (``broker.client_quotas``, created and loaded by minibroker/services/__init__.py:
+at start-up when quotas were saved before, else by the first AlterClientQuotas or DescribeClientQuotas;
+until then nothing imports this module and every check reads "no quota"; event loop only). It holds the
+quota configs per entity, persisted whole in ``minibroker-client-quotas.json`` at the log dir root
+(Kafka keeps them in its metadata log), and one ``ClientRateQuota`` per enforced key with the windowed
+rate sensors that measure each client against it.
+``ConnectionRateQuotas`` (the SocketServer's, built by minibroker/server/sockets.py once a rate or a quota
+is set) measures connection creation per address and broker-wide against these configs.
 
 Entities (AlterClientQuotas / DescribeClientQuotas): ``user``, ``client-id``, both together, each named or
 the default (name null in the protocol, ``<default>`` in kafka-configs.sh); or ``ip`` alone (named or
@@ -44,6 +46,7 @@ import math
 import socket
 import time
 
+from minibroker.config.listeners import address_key
 from minibroker.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("minibroker.quotas")
@@ -276,14 +279,6 @@ def client_of(header) -> tuple[str, str]:
     """(user, client id) of a request as the quotas see it: the principal's name and the header's id."""
     principal = header.principal
     return (principal.name if principal is not None else ""), (header.client_id or "")
-
-
-def address_key(host: str) -> str:
-    """A peer address as the connection quotas count it: an IPv4-mapped IPv6 address (what a
-    dual-stack listener reports for an IPv4 client) is the IPv4 address, as Java sees it."""
-    if host.startswith("::ffff:") and "." in host:
-        return host[7:]
-    return host
 
 
 def _resolve_ip(name: str) -> str | None:
@@ -683,3 +678,68 @@ def set_throttle_time(response, delay_ms: int) -> None:
 
 def _describe_entity(entity: Entity) -> str:
     return ", ".join(f"{t}={'<default>' if n is None else n}" for t, n in entity)
+
+
+class ConnectionRateQuotas:
+    """Connection creation rates as Kafka's ConnectionQuotas measures them: ``max.connection.creation.rate``
+    for the whole broker (over it, the acceptor waits the throttle time before taking the connection) and
+    ``connection_creation_rate`` per client address (over it, the connection is held unanswered for the
+    throttle time and then closed). Owned by the SocketServer; event loop only."""
+
+    def __init__(self, quotas: ClientQuotas, config):
+        self.quotas = quotas
+        self.config = config
+        self.num_samples = quotas.num_samples
+        self.window_ms = quotas.window_ms
+        self.broker_rate = Rate(self.num_samples, self.window_ms)
+        self.per_address = Sensors(self.num_samples, self.window_ms)
+        self.listener_rates: dict[str, Rate] = {}
+        self.broker_throttles = self.address_throttles = 0  # connections delayed / refused (tests, debugging)
+
+    def broker_delay_ms(self, listener: str | None = None, now: float | None = None) -> int:
+        """Record one new connection broker-wide and on ``listener``; the delay before accepting it (0
+        within both rates). A listener's rate is its
+        ``listener.name.<listener>.max.connection.creation.rate``, else the broker-wide one, which also
+        bounds all listeners together (Kafka's ConnectionQuotas)."""
+        now = now_ms() if now is None else now
+        delay = 0
+        limit = self.config["max.connection.creation.rate"]
+        if limit < 2**31 - 1:
+            self.broker_rate.record(1.0, now)
+            delay = throttle_ms(self.broker_rate, limit, now, self.window_ms)
+        if listener is not None:
+            listener_limit = self.config.for_listener(listener, "max.connection.creation.rate")
+            if listener_limit < 2**31 - 1:
+                rate = self.listener_rates.get(listener)
+                if rate is None:
+                    rate = self.listener_rates[listener] = Rate(self.num_samples, self.window_ms)
+                rate.record(1.0, now)
+                delay = max(delay, throttle_ms(rate, listener_limit, now, self.window_ms))
+        if delay:
+            self.broker_throttles += 1
+        return delay
+
+    def address_limit(self, address: str) -> float | None:
+        quotas = self.quotas
+        limit = quotas.ip_limits.get(address)
+        return quotas.ip_default if limit is None else limit
+
+    def address_delay_ms(self, address: str, now: float | None = None) -> int:
+        """Record a connection from ``address``; over its rate, take it back (here and broker-wide: the
+        connection is refused) and return how long to hold it before closing."""
+        quotas = self.quotas
+        if not quotas.ip_limits and quotas.ip_default is None:
+            return 0
+        now = now_ms() if now is None else now
+        limit = self.address_limit(address)
+        if limit is None:
+            return 0
+        rate = self.per_address.get(address, now)
+        rate.record(1.0, now)
+        delay = throttle_ms(rate, limit, now, self.window_ms)
+        if delay:
+            self.address_throttles += 1
+            rate.record(-1.0, now)
+            if self.config["max.connection.creation.rate"] < 2**31 - 1:
+                self.broker_rate.record(-1.0, now)
+        return delay

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from minibroker.storage import checkpoints as ckpt
 
@@ -107,8 +107,7 @@ def move_crash_hook_from_env() -> Callable[[str], None] | None:
     return crash_hook_from_env(MOVE_CRASH_AT_ENV, MOVE_STEPS, "partition move", MOVE_CRASH_EXIT_CODE)
 
 
-@dataclass
-class _Copied:
+class _Copied(NamedTuple):
     inode: int
     size: int  # bytes of the source file the copy holds
     mtime_ns: int
@@ -127,19 +126,23 @@ class DestinationError(OSError):
     """A write in the destination dir failed (its dir goes offline); ``__cause__`` is the error."""
 
 
-@dataclass
 class MoveCopy:
-    """The future dir of one move and what it holds of the source dir's files."""
+    """The future dir of one move and what it holds of the source dir's files. (A plain class: this
+    module is imported at start-up, and ``dataclasses`` with it cost 2 ms of it.)"""
 
-    source: str  # the partition dir being copied
-    future: str  # <dest>/<topic>-<partition>.<hex>-future
-    rate: float = float("inf")  # bytes per second at most (replica.alter.log.dirs.io.max.bytes.per.second)
-    stop: threading.Event = field(default_factory=threading.Event)
-    copied: dict[str, _Copied] = field(default_factory=dict)
-    _sealed: set[str] = field(default_factory=set)  # index files copied after their segment was sealed
-    bytes_copied: int = 0
-    _budget_start: float = field(default_factory=time.monotonic)
-    _budget_bytes: int = 0
+    __slots__ = ("source", "future", "rate", "stop", "copied", "_sealed", "bytes_copied", "_budget_start",
+                 "_budget_bytes")
+
+    def __init__(self, source: str, future: str, rate: float = float("inf")):
+        self.source = source  # the partition dir being copied
+        self.future = future  # <dest>/<topic>-<partition>.<hex>-future
+        self.rate = rate  # bytes per second at most (replica.alter.log.dirs.io.max.bytes.per.second)
+        self.stop = threading.Event()
+        self.copied: dict[str, _Copied] = {}
+        self._sealed: set[str] = set()  # index files copied after their segment was sealed
+        self.bytes_copied = 0
+        self._budget_start = time.monotonic()
+        self._budget_bytes = 0
 
     def pending_bytes(self, active_base: int) -> int:
         """Bytes a round would copy now (stat only), leaving out the active segment's indexes

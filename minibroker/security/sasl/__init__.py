@@ -12,9 +12,4 @@ from __future__ import annotations
 
 from minibroker.security.sasl.errors import SaslAuthenticationError, SaslCredentialsError, SaslFailure
 
-__all__ = ["SaslAuthenticationError", "SaslCredentialsError", "SaslFailure", "new_authenticator"]
-
-
-def new_authenticator(broker, conn):
-    """The SaslAuthenticator for a new connection on a SASL listener of ``broker``."""
-    return broker.sasl_listeners.authenticator(conn)
+__all__ = ["SaslAuthenticationError", "SaslCredentialsError", "SaslFailure"]
