@@ -154,6 +154,7 @@ def test_page_reconnects_after_a_broker_restart(minibroker_factory, page):
     runner.restart()
     tab.page.locator('#status[data-state="live"]').wait_for(timeout=15_000)
     tab.page.locator("tr.marker", has_text="broker restarted").wait_for(timeout=15_000)
+    assert tab.page.locator("#restarted").text_content().startswith("restarted at ")
     p = KafkaProducer(bootstrap_servers=runner.bootstrap_servers, linger_ms=0)
     try:
         offset = p.send("ui-after-restart", b"again").get(10).offset
