@@ -9,6 +9,7 @@ under test. The page itself, in Chromium: tests/test_live_view_browser.py.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import urllib.error
 import urllib.request
@@ -606,3 +607,20 @@ def test_share_group_in_flight_records_with_states_and_delivery_counts(minibroke
     (part,) = row["in_flight"]
     assert [(r["first"], r["last"], r["state"], r["delivery_count"]) for r in part["runs"]] == [
         (0, 2, "AVAILABLE", 0)]
+
+
+def test_a_broker_stop_closes_open_feeds_quietly(ui_broker, caplog):
+    """The feeds open when the broker stops are closed (the page's EventSource then reconnects to the
+    next broker), the stop does not wait on them, and nothing is logged at ERROR: Python 3.11's streams
+    log a connection handler that ends cancelled as "Exception in callback"."""
+    feed = FeedReader(ui_broker.ui_url)
+    try:
+        assert feed.next_event()[0] == "hello"
+        with caplog.at_level(logging.ERROR):
+            ui_broker.stop()
+        with pytest.raises(ConnectionError):
+            while True:
+                feed.next_event()  # the rest of what was sent, then the end of the stream
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    finally:
+        feed.close()

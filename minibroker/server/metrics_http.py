@@ -25,6 +25,7 @@ log = logging.getLogger("minibroker.metrics")
 
 HEAD_LIMIT = 16 * 1024
 HEAD_TIMEOUT = 5.0
+CLOSE_TIMEOUT = 1.0  # seconds a graceful close may wait for the peer to take the last bytes
 
 
 async def write_answer(writer: asyncio.StreamWriter, status: str, body: bytes, content_type: str,
@@ -92,13 +93,20 @@ class MetricsHttpServer:
             await write_answer(writer, status, body, content_type, include_body=not head.startswith(b"HEAD "))
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as e:
             log.debug("metrics request dropped: %r", e)
+        except asyncio.CancelledError:
+            # close() cancels the handlers still open (a live view's feed): end quietly, as Python 3.11's
+            # streams log a handler task that ends cancelled as "Exception in callback" at ERROR
+            pass
         finally:
             self._handlers.discard(task)
             writer.close()
-            try:
-                await writer.wait_closed()
+            try:  # a peer that reads nothing holds a graceful close (and the broker's stop) open: cut it
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await writer.wait_closed()
             except ConnectionError:
                 pass
+            except TimeoutError:
+                writer.transport.abort()
 
     def _mounted(self, head: bytes):
         """The handler of ``broker.metrics_mounts`` whose prefix the request's path starts with."""
