@@ -253,6 +253,7 @@ def test_creating_a_compacted_topic_starts_the_cleaner(child):
     assert _loaded(probe, "minibroker.storage.cleaner") and probe["cleaner_running"]
 
 
+@pytest.mark.slow  # a throttle window must pass
 def test_client_quotas_load_when_one_is_set_and_then_throttle(child):
     """No quota at start: neither the quotas nor the connection rates are built. A quota set at run time
     (AlterClientQuotas, sent by kafka-python) loads them and throttles a real producer; a restart finds

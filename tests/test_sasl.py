@@ -564,6 +564,7 @@ def test_failed_authentications_are_logged_rate_limited():
 # -- re-authentication (KIP-368) -------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a session lifetime must pass
 def test_reauthentication_kafka_python(broker, topic_name):
     """REAUTH answers session_lifetime_ms=1500: kafka-python re-authenticates on the same connection
     before it ends, and keeps producing across re-authentications."""
@@ -589,6 +590,7 @@ def test_reauthentication_kafka_python(broker, topic_name):
         producer.close()
 
 
+@pytest.mark.slow  # session lifetimes must pass
 def test_session_expiry_and_reauthentication_rules_on_the_wire(broker):
     with _wire(broker, "REAUTH") as client:
         answer = _login(client)

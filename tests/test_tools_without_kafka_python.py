@@ -63,6 +63,7 @@ def test_every_tool_works_without_kafka_python(minibroker, no_kafka_env, topic_n
     ok("transactions", "list")
 
 
+@pytest.mark.slow  # each waits out a 1.5 s --timeout against a silent socket
 @pytest.mark.parametrize("args", [
     ("topics", "list"), ("produce", "--topic", "t"), ("consume", "--topic", "t"), ("groups", "list"),
     ("transactions", "list"), ("scram", "--describe"),

@@ -10,6 +10,7 @@ import os
 import time
 import warnings
 
+import pytest
 from conftest import linux_only, open_descriptors
 
 from minibroker.testing import BrokerRunner
@@ -55,6 +56,7 @@ def logs_only(data_dir: str) -> dict[str, dict[str, int]]:
     }
 
 
+@pytest.mark.slow  # a consumer's 5 s timeout and the upkeep's ticks must pass
 def test_idle_partitions_hold_their_logs_only_and_nothing_outlives_a_topic_or_the_broker(tmp_path):
     data_dir = str(tmp_path / "data")
     gc.collect()  # what earlier tests of this process left to the collector goes first
