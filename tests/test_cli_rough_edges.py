@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from ports import unassigned_port
+from waiting import wait_until_reading_stdin
 
 ROOT = Path(__file__).resolve().parents[1]
 UNUSABLE_DIR = "/proc/minibroker-no-such/data"  # cannot be created, not even by root
@@ -96,7 +97,7 @@ def test_produce_sigint_before_any_input(minibroker, topic_name):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), cwd=ROOT,
                             preexec_fn=sigint_by_default)
     try:
-        time.sleep(3)  # imported, connected, blocked reading the pipe
+        wait_until_reading_stdin(proc.pid, "produce blocked reading its empty stdin")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=15)
     finally:

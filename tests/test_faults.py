@@ -703,6 +703,8 @@ def _send_one(client: str, bootstrap: str, topic: str, value: bytes) -> int:
     return reports[0][1]
 
 
+# Every client through every fault: the full suite; the inner loop keeps the single-client recipes above
+@pytest.mark.slow
 @pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "confluent-kafka"])
 @pytest.mark.parametrize("rule", [
     {"error": "NOT_LEADER_OR_FOLLOWER", "count": 2},
@@ -780,6 +782,7 @@ def test_each_clients_held_produce_completes_once_released(minibroker, topic_nam
     assert [r.value for r in minibroker.consume(topic_name, 2, timeout=1)] == [b"held"]
 
 
+@pytest.mark.slow  # each client's request timeout must pass
 @pytest.mark.parametrize("client", CLIENTS)
 def test_each_clients_request_timeout_against_a_delay(minibroker, topic_name, client):
     minibroker.create_topic(topic_name)
@@ -794,6 +797,7 @@ def test_each_clients_request_timeout_against_a_delay(minibroker, topic_name, cl
         assert rule.matched >= 1
 
 
+@pytest.mark.slow  # each client's request timeout must pass
 @pytest.mark.parametrize("client", CLIENTS)
 def test_each_client_times_out_on_a_broker_that_stops_reading_and_recovers(minibroker, topic_name, client):
     minibroker.create_topic(topic_name)

@@ -243,6 +243,9 @@ def segment_dir(broker: BrokerRunner) -> Path:
     return Path(broker.data_dir) / f"{TOPIC}-0"
 
 
+# Every tool through every failure, each a Python start (~0.5 s): the full suite; the inner loop keeps
+# test_matrix_covers_every_subcommand below and the tools' own tests (tests/test_tools*.py)
+@pytest.mark.slow
 @pytest.mark.parametrize(("tool", "case"), MATRIX)
 def test_matrix(tool, case, plain, tls, dead_port, silent, interpreter_start, tmp_path, request):
     # a bound on a hang, not a speed target: a loaded machine (load 15 on 2 cores seen) starts Python
