@@ -29,6 +29,7 @@ def tool(env: dict, *args: str, stdin: bytes = b"", timeout: float = 60) -> subp
                           env=env, timeout=timeout)
 
 
+@pytest.mark.slow  # fourteen tool processes in a row; the inner loop keeps the ones below
 def test_every_tool_works_without_kafka_python(minibroker, no_kafka_env, topic_name):
     bs = ["--bootstrap-server", minibroker.bootstrap_servers]
     env = no_kafka_env

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from minibroker import cli
 from minibroker.coordinator.group_records import partition_for
 from minibroker.records import v2
 from minibroker.tools.wire import WireClient
@@ -24,6 +25,14 @@ LIST_HEADERS = ["TransactionalId", "Coordinator", "ProducerId", "TransactionStat
 def tool(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "minibroker", "transactions", *args,
                            "--bootstrap-server", bootstrap], capture_output=True, text=True, timeout=60)
+
+
+def in_process(bootstrap: str, *args: str) -> int:
+    """The exit code of ``tool`` without a process start (for usage errors, found before any request)."""
+    try:
+        return cli.main(["transactions", *args, "--bootstrap-server", bootstrap])
+    except SystemExit as exit:
+        return exit.code
 
 
 def table(stdout: str) -> list[dict[str, str]]:
@@ -171,7 +180,7 @@ def test_errors_are_named_and_usage_errors_exit_2(minibroker, topic_name):
                  ["abort", "--topic", topic_name, "--partition", "0", "--producer-id", "5"],
                  ["find-hanging"], ["find-hanging", "--partition", "0", "--broker-id", "1"],
                  ["describe"]):
-        assert tool(minibroker.bootstrap_servers, *args).returncode == 2, args
+        assert in_process(minibroker.bootstrap_servers, *args) == 2, args
     unreachable = tool("127.0.0.1:1", "list")
     assert unreachable.returncode == 1 and "cannot reach" in unreachable.stderr
 
