@@ -427,11 +427,14 @@ def _state_partition_metadata(runner, group: str) -> list[tuple[dict, dict, dict
     return out
 
 
-def test_share_state_is_initialized_on_assignment(broker):
+def test_share_state_is_initialized_on_assignment(minibroker_factory):
     """Kafka 4.1+'s ShareGroupStatePartitionMetadata: when a share consumer's subscribed partitions first
     become assignable, the group records them initializing, then initialized; a grown topic adds its new
     partitions the same way, and deleting the group writes a tombstone."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
+    # the grown topic is assigned at the member's next heartbeat: 0.5 s apart, not the default 5 s
+    broker = minibroker_factory({"group.share.heartbeat.interval.ms": "500",
+                                 "group.share.min.heartbeat.interval.ms": "500"})
     broker.create_topic("sg-init", 2)
     consumer = confluent_kafka.ShareConsumer({"bootstrap.servers": broker.bootstrap_servers,
                                               "group.id": "g-init"})

@@ -366,6 +366,12 @@ MISSING_IN_OTHER_ACTIONS = [
 ]
 
 
+# The inner loop's users of the ``plain`` broker run on one worker, which builds it once (a broker, 3,000
+# records, a group and a SCRAM user: 3-8 s a worker when each built its own)
+PLAIN_GROUP = pytest.mark.xdist_group("tool-matrix-plain")
+
+
+@PLAIN_GROUP
 @pytest.mark.parametrize(("argv", "says"), MISSING_IN_OTHER_ACTIONS, ids=[" ".join(a[:2]) for a, _ in
                                                                           MISSING_IN_OTHER_ACTIONS])
 def test_other_actions_name_what_is_missing(argv, says, plain, interpreter_start):
@@ -375,6 +381,7 @@ def test_other_actions_name_what_is_missing(argv, says, plain, interpreter_start
     assert r.returncode == 1 and len(lines) == 1 and says in lines[0], (r.returncode, lines)
 
 
+@PLAIN_GROUP
 @pytest.mark.parametrize("tool", ["consume", "dump-log"])
 def test_a_reader_that_leaves_after_the_first_line(tool, plain, interpreter_start):
     """``| head -1``: the first lines go through, the rest meets the closed pipe: exit 0, nothing but
@@ -417,6 +424,7 @@ def read_until(fd: int, wanted: bytes, deadline_s: float = 30) -> bytes:
     return seen
 
 
+@PLAIN_GROUP
 def test_produce_prompts_on_a_terminal_and_not_on_a_pipe(plain, topic_name):
     import pty
 
