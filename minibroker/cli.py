@@ -234,7 +234,8 @@ def cmd_healthcheck(args) -> int:
     return 0
 
 
-def build_parser(console_tools: bool = True, client_config: bool = True) -> argparse.ArgumentParser:
+def build_parser(console_tools: bool = True, client_config: bool = True,
+                 only_tool: str | None = None) -> argparse.ArgumentParser:
     from minibroker import __version__
 
     ap = argparse.ArgumentParser(prog="minibroker", description="A single-node Kafka-compatible broker.")
@@ -285,25 +286,59 @@ def build_parser(console_tools: bool = True, client_config: bool = True) -> argp
 
         add_command_config_argument(health)
     if console_tools:  # ``serve`` and ``healthcheck`` skip them, for the same reason
-        add_console_tools(sub)
+        add_console_tools(sub, only_tool)
     return ap
 
 
-def add_console_tools(sub) -> None:
-    """``topics``, ``produce``, ``consume``, ``groups``: each module adds its own parser and ``run``."""
-    from minibroker.tools import certs, consume, explain, groups, inject, produce, scram, topics, transactions
+# The console tools, in the order ``minibroker --help`` lists them: each module adds its own parser and
+# ``run``. The last three never talk to a broker's Kafka port (explain reads a partition's files, inject
+# the broker's /faults HTTP API, certs writes files): no common arguments.
+CONSOLE_TOOLS = (
+    "scram", "topics", "produce", "consume", "groups", "transactions", "explain", "inject", "certs",
+)
+
+
+def add_console_tools(sub, only: str | None = None) -> None:
+    """Every tool's parser, or only the one a command line names: a tool's start does not import the
+    other eight."""
     from minibroker.tools.client_config import add_command_config_argument
     from minibroker.tools.command import add_common_arguments
 
     common = argparse.ArgumentParser(add_help=False)
     add_common_arguments(common)
-    scram.add_parser(sub, common)  # adds its own --command-config
-    add_command_config_argument(common)
-    for tool in (topics, produce, consume, groups, transactions):
-        tool.add_parser(sub, common)
-    explain.add_parser(sub)  # reads a partition's files, never a broker: no --bootstrap-server
-    inject.add_parser(sub)  # the broker's /faults HTTP API: no --bootstrap-server
-    certs.add_parser(sub)  # writes files, no broker
+    with_config = argparse.ArgumentParser(add_help=False, parents=[common])
+    add_command_config_argument(with_config)
+    for name in CONSOLE_TOOLS if only is None else (only,):
+        tool = _console_tool(name)
+        if name == "scram":
+            tool.add_parser(sub, common)  # adds its own --command-config
+        elif name in ("explain", "inject", "certs"):
+            tool.add_parser(sub)
+        else:
+            tool.add_parser(sub, with_config)
+
+
+def _console_tool(name: str):
+    match name:
+        case "scram":
+            from minibroker.tools import scram as tool
+        case "topics":
+            from minibroker.tools import topics as tool
+        case "produce":
+            from minibroker.tools import produce as tool
+        case "consume":
+            from minibroker.tools import consume as tool
+        case "groups":
+            from minibroker.tools import groups as tool
+        case "transactions":
+            from minibroker.tools import transactions as tool
+        case "explain":
+            from minibroker.tools import explain as tool
+        case "inject":
+            from minibroker.tools import inject as tool
+        case "certs":
+            from minibroker.tools import certs as tool
+    return tool
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
@@ -311,7 +346,8 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     report it with the usage of the subcommand it was given to instead (``serve --bogus``)."""
     command = argv[0] if argv else None
     parser = build_parser(console_tools=command not in ("serve", "healthcheck"),
-                          client_config=command != "serve")
+                          client_config=command != "serve",
+                          only_tool=command if command in CONSOLE_TOOLS else None)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         subcommand_parser(parser, argv).error(f"unrecognized arguments: {' '.join(unknown)}")
