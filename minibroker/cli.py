@@ -6,7 +6,6 @@ Every subcommand is a function of parsed arguments; ``main(argv=None)`` is testa
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import os
@@ -122,10 +121,14 @@ def choose_event_loop(name: str) -> None:
         if name == "uvloop":
             raise SystemExit("minibroker: --loop uvloop but uvloop is not installed") from None
         return
+    import asyncio
+
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 async def run_broker(config) -> None:
+    import asyncio
+
     from minibroker.server.broker import Broker
 
     broker = Broker(config)
@@ -170,6 +173,8 @@ def cmd_serve(args) -> int:
     log_record_layer()
     raise_open_file_limit()
     choose_event_loop(args.loop)
+    import asyncio
+
     from minibroker.storage.dir_lock import LogDirLockedError
 
     try:
