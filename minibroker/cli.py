@@ -350,7 +350,7 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     """argparse reports an unknown option with the usage of the parser that ran last, the top-level one:
     report it with the usage of the subcommand it was given to instead (``serve --bogus``)."""
     command = argv[0] if argv else None
-    parser = build_parser(console_tools=command not in ("serve", "healthcheck"),
+    parser = build_parser(console_tools=command not in ("serve", "healthcheck", "apis", "dump-log"),
                           client_config=command != "serve",
                           only_tool=command if command in CONSOLE_TOOLS else None)
     args, unknown = parser.parse_known_args(argv)
