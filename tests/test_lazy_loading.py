@@ -63,6 +63,8 @@ LAZY_MODULES = (
     "minibroker.storage.cleaner", "minibroker.server.faults", "minibroker.server.faults_http",
     "minibroker.services.replica_manager", "minibroker.services.share_sessions", "minibroker.services.quotas",
     "minibroker.records.v2", "minibroker.records.codecs", "minibroker.tools",
+    "minibroker.storage.log_dir_move",  # partition moves (AlterReplicaLogDirs) and what they leave on disk
+    "minibroker.config.principal_rules",  # ssl.principal.mapping.rules, read when set
     "crc32c", "email", "importlib.metadata", "hashlib", "lz4", "zstandard", "snappy",
     "dataclasses",  # the log dir moves' classes are plain ones: 2 ms of start-up
 )
@@ -310,3 +312,11 @@ def test_start_up_looks_for_the_scram_credentials_file_by_its_real_name():
     from minibroker.services import SCRAM_CREDENTIALS_FILE
 
     assert SCRAM_CREDENTIALS_FILE == CREDENTIALS_FILE
+
+
+def test_start_up_looks_for_the_move_crash_hook_by_its_real_name():
+    """The log manager names the variable without importing the moves' module."""
+    from minibroker.storage.log_dir_move import MOVE_CRASH_AT_ENV
+    from minibroker.storage.log_manager import MOVE_CRASH_AT_ENV as named_at_start
+
+    assert named_at_start == MOVE_CRASH_AT_ENV
