@@ -18,6 +18,7 @@ import uuid
 
 import pytest
 
+from minibroker.config import BROKER_CONFIGS, REMOVED_BROKER_KEYS
 from minibroker.handlers.registry import HANDLERS, SERVED, load_handlers
 from minibroker.tools.wire import WireClient
 
@@ -65,6 +66,7 @@ LAZY_MODULES = (
     "minibroker.records.v2", "minibroker.records.codecs", "minibroker.tools",
     "minibroker.storage.log_dir_move",  # partition moves (AlterReplicaLogDirs) and what they leave on disk
     "minibroker.config.principal_rules",  # ssl.principal.mapping.rules, read when set
+    "minibroker.config.kafka_broker_keys",  # Kafka's broker keys minibroker does not use: read when named
     "crc32c", "email", "importlib.metadata", "hashlib", "lz4", "zstandard", "snappy",
     "dataclasses",  # the log dir moves' classes are plain ones: 2 ms of start-up
 )
@@ -238,6 +240,42 @@ def test_a_share_group_loads_on_the_first_share_request(child):
     probe = broker.probe()
     assert {"share_state", "share_partitions", "share_sessions"} <= set(probe["services"])
     assert _loaded(probe, "minibroker.coordinator.share_partition_manager")
+
+
+def test_kafkas_other_broker_keys_load_when_a_client_first_needs_them(child):
+    """DescribeConfigs of the broker lists Kafka's keys minibroker does not use, with Kafka's defaults;
+    IncrementalAlterConfigs of a key Kafka 4 removed (one of them) gets Kafka 4's answer. Neither broker
+    had read that catalogue before (kafka-python's and confluent-kafka's admin clients)."""
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    node = str(BROKER_CONFIGS["node.id"].default)
+    broker = child()
+    assert _loaded(broker.probe(), "minibroker.config.kafka_broker_keys") == []
+    admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, node)],
+                                           config_filter="all")["broker"][node]
+    finally:
+        admin.close()
+    assert described["broker.heartbeat.interval.ms"]["value"] == "2000"  # a Kafka-only key, its default
+    assert described["broker.heartbeat.interval.ms"]["config_source"] == "DEFAULT_CONFIG"
+    assert described["log.segment.bytes"]["value"] == "1073741824"
+    assert "password.encoder.secret" not in described  # removed in Kafka 4: listed only when set
+    assert set(described) == set(BROKER_CONFIGS) - set(REMOVED_BROKER_KEYS)
+    assert _loaded(broker.probe(), "minibroker.config.kafka_broker_keys")
+
+    # kafka-python checks the names against a DescribeConfigs first: confluent-kafka sends them as they are
+    ck_admin = pytest.importorskip("confluent_kafka.admin")
+    broker = child()
+    admin = ck_admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ck_admin.ConfigResource("broker", node, incremental_configs=[ck_admin.ConfigEntry(
+        "password.encoder.secret", "s", incremental_operation=ck_admin.AlterConfigOpType.SET)])
+    with pytest.raises(ck_admin.KafkaException) as error:
+        admin.incremental_alter_configs([resource])[resource].result(10)
+    assert error.value.args[0].code() == ck_admin.KafkaError.INVALID_CONFIG
+    assert "Unknown broker config name: password.encoder.secret" in error.value.args[0].str()
+    assert _loaded(broker.probe(), "minibroker.config.kafka_broker_keys")
 
 
 def test_creating_a_compacted_topic_starts_the_cleaner(child):
