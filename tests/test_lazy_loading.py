@@ -337,6 +337,20 @@ def test_a_sasl_listener_loads_sasl_at_start_up(child):
     assert _loaded(probe, "minibroker.security.tls") == []  # no TLS listener
 
 
+def test_serve_reads_a_plain_command_line_without_importing_argparse():
+    """``minibroker serve`` with --override, --log-level, --log-format, --loop and a file (0.4 MB of RSS:
+    scripts/bench.py --only startup); tests/test_cli_rough_edges.py checks it reads them as argparse does."""
+    code = ("import sys; from minibroker.cli import parse_arguments; args = parse_arguments(sys.argv[1:]); "
+            "print(args.func.__name__, args.override, 'argparse' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, "serve", "server.properties", "--override", "a=b",
+                          "--log-level", "warning", "--log-format", "text", "--loop", "auto"],
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.stdout.split() == ["cmd_serve", "['a=b']", "False"], out.stderr
+    out = subprocess.run([sys.executable, "-c", code, "serve", "--log-lev", "warning"],  # an abbreviation
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.stdout.split() == ["cmd_serve", "None", "True"], out.stderr
+
+
 def test_start_up_looks_for_the_client_quotas_file_by_its_real_name():
     from minibroker.services import CLIENT_QUOTAS_FILE
     from minibroker.services.quotas import QUOTAS_FILE
