@@ -138,6 +138,9 @@ def test_a_plain_broker_imports_no_lazy_subsystem(child):
     handler_modules = {m for m in probe["modules"] if m.startswith("minibroker.handlers.")}
     assert handler_modules == {"minibroker.handlers.registry", "minibroker.handlers.api_versions"}
     assert set(probe["services"]) == {"authorizer"}  # None: no authorizer.class.name
+    # the message fields of one API, the ApiVersions handler's (its module registers at import)
+    assert _loaded(probe, "minibroker.protocol.messages") == [
+        "minibroker.protocol.messages", "minibroker.protocol.messages.api_versions"]
     assert not probe["cleaner_running"]
 
 
@@ -155,8 +158,12 @@ def test_api_versions_advertises_every_served_key_without_importing_a_handler(ch
         (key, row.min_version, row.max_version) for key, row in sorted(SERVED.items()) if row.advertised]
     assert {f.name for f in answer.supported_features} >= {"transaction.version", "group.version",
                                                           "share.version"}
-    handler_modules = {m for m in broker.probe()["modules"] if m.startswith("minibroker.handlers.")}
+    probe = broker.probe()
+    handler_modules = {m for m in probe["modules"] if m.startswith("minibroker.handlers.")}
     assert handler_modules == {"minibroker.handlers.registry", "minibroker.handlers.api_versions"}
+    assert _loaded(probe, "minibroker.protocol.messages") == [  # and, with the request, its header's
+        "minibroker.protocol.messages", "minibroker.protocol.messages.api_versions",
+        "minibroker.protocol.messages.request_header"]
 
 
 def test_the_static_table_is_what_the_handler_modules_serve():
@@ -178,8 +185,9 @@ def test_produce_and_fetch_load_their_handlers_on_first_use(child):
     assert [m.value for m in consumer] == [b"hello"]
     consumer.close()
     probe = broker.probe()
-    assert {"minibroker.handlers.produce", "minibroker.handlers.fetch",
-            "minibroker.handlers.metadata"} <= set(probe["modules"])
+    assert {"minibroker.handlers.produce", "minibroker.handlers.fetch", "minibroker.handlers.metadata",
+            "minibroker.protocol.messages.produce", "minibroker.protocol.messages.fetch"} <= set(
+        probe["modules"])
     assert "replicas" in probe["services"]
     assert "transactions" not in probe["services"] and _loaded(probe, "minibroker.storage.cleaner") == []
 
