@@ -13,7 +13,9 @@ Request and response schemas are matched by API key (Kafka 4.3 renamed key 74), 
 name. With ``error-codes.tsv`` (and ``scripts/protocol-schemas/error-codes.tsv`` for newer codes) it
 writes two modules holding facts only (names, types, version ranges, error numbers), no prose:
 
-- ``minibroker/protocol/schema.py``: one declaration per message, every version;
+- ``minibroker/protocol/schema.py``: every message's name, kind, API key, version ranges and module;
+- ``minibroker/protocol/messages/<api>.py``: the fields of every version of an API's request and
+  response (or of one header or data message), imported when a codec first needs them;
 - ``minibroker/errors/codes.py``: Kafka's error codes as an IntEnum.
 
 Usage: ``python scripts/gen_protocol.py [--shared DIR] [--check]``; ``--check`` exits 1 when the
@@ -33,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 PROJECT_SCHEMAS = os.path.join(ROOT, "scripts", "protocol-schemas")
 SCHEMA_OUT = os.path.join(ROOT, "minibroker", "protocol", "schema.py")
+MESSAGES_DIR = os.path.join(ROOT, "minibroker", "protocol", "messages")
 ERRORS_OUT = os.path.join(ROOT, "minibroker", "errors", "codes.py")
 
 PRIMITIVES = {
@@ -282,32 +285,57 @@ def load_specs(shared: str) -> dict[str, dict]:
     return {spec["name"]: spec for spec in by_key.values()}
 
 
-def generate_schema(shared: str) -> str:
+def message_module(name: str, kind: str) -> str:
+    """The module of ``minibroker.protocol.messages`` holding a message's fields: one per API for a
+    request and its response (``ProduceRequest`` -> ``produce``), else one per message."""
+    if kind in ("request", "response"):
+        name = name.removesuffix(kind.capitalize())
+    return snake(name)
+
+
+def generate_schema(shared: str) -> dict[str, str]:
+    """The text of schema.py and of every messages/ module, by path."""
     specs = load_specs(shared)
-    lines = [
+    index = [
         HEADER,
         "# Plain constants, so importing costs next to nothing; minibroker.protocol.declarations",
-        "# turns an entry into Message/F objects the first time a codec needs it.",
-        "# message name: (kind, api_key, valid versions, flexible versions, fields)",
-        "# field: (name, type, versions, nullable versions, tag, flexible override, default, fields)",
-        "# ... as a default means the type's zero value.\n",
+        "# imports a message's fields from minibroker.protocol.messages.<module> and turns them into",
+        "# Message/F objects the first time a codec needs it.",
+        "# message name: (kind, api_key, valid versions, flexible versions, module)\n",
         "from minibroker.protocol.declarations import MessageTable\n",
-        "MESSAGES_RAW = {",
+        "MESSAGE_INDEX = {",
     ]
+    modules: dict[str, dict[str, tuple]] = {}
+    keys_of_module: dict[str, set] = {}
     for name in sorted(specs):
         spec = specs[name]
-        entry = (
-            spec["type"],
-            spec.get("apiKey", -1),
-            parse_versions(spec["validVersions"]),
-            parse_versions(spec["flexibleVersions"]),
-            tuple(field_tuple(f) for f in spec["fields"]),
-        )
+        module = message_module(name, spec["type"])
+        keys_of_module.setdefault(module, set()).add((spec["type"] in ("request", "response"),
+                                                      spec.get("apiKey", name)))
+        if len(keys_of_module[module]) > 1:
+            raise SystemExit(f"messages/{module}.py would hold two APIs' messages (last: {name})")
+        entry = (spec["type"], spec.get("apiKey", -1), parse_versions(spec["validVersions"]),
+                 parse_versions(spec["flexibleVersions"]), module)
+        index.append(f"    {name!r}: {entry!r},")
+        modules.setdefault(module, {})[name] = tuple(field_tuple(f) for f in spec["fields"])
+    index.append("}\n")
+    index.append("MESSAGES = MessageTable(MESSAGE_INDEX)")
+    package_doc = '"""Each message\'s fields, one module per API (minibroker/protocol/schema.py names it)."""'
+    out = {SCHEMA_OUT: "\n".join(index) + "\n",
+           os.path.join(MESSAGES_DIR, "__init__.py"): f"{HEADER}\n{package_doc}\n"}
+    for module, messages in modules.items():
+        lines = [
+            HEADER,
+            "# field: (name, type, versions, nullable versions, tag, flexible override, default, fields)",
+            "# ... as a default means the type's zero value.\n",
+            "FIELDS = {",
+        ]
         # ``...`` (not the name Ellipsis) keeps every entry one constant in the compiled module
-        lines.append(f"    {name!r}: {entry!r},".replace("Ellipsis", "..."))
-    lines.append("}\n")
-    lines.append("MESSAGES = MessageTable(MESSAGES_RAW)")
-    return "\n".join(lines) + "\n"
+        lines += [f"    {name!r}: {fields!r},".replace("Ellipsis", "...")
+                  for name, fields in messages.items()]
+        lines.append("}")
+        out[os.path.join(MESSAGES_DIR, f"{module}.py")] = "\n".join(lines) + "\n"
+    return out
 
 
 def generate_errors(shared: str) -> str:
@@ -339,13 +367,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared", default=DEFAULT_SHARED, help="the shared/ reference folder")
     ap.add_argument("--check", action="store_true", help="only compare with the committed modules")
     args = ap.parse_args(argv)
-    outputs = {SCHEMA_OUT: generate_schema(args.shared), ERRORS_OUT: generate_errors(args.shared)}
-    differs = []
+    outputs = {**generate_schema(args.shared), ERRORS_OUT: generate_errors(args.shared)}
+    stale = sorted(set(glob.glob(os.path.join(MESSAGES_DIR, "*.py"))) - set(outputs))
+    differs = list(stale)
+    for path in stale:
+        if not args.check:
+            os.unlink(path)
     for path, text in outputs.items():
         old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
         if old != text:
             differs.append(path)
             if not args.check:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(text)
     if args.check and differs:

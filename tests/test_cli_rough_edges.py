@@ -224,6 +224,74 @@ def test_log_level_is_case_insensitive():
     assert " INFO " not in text(r)
 
 
+# -- serve: a plain command line is read without argparse (minibroker.cli.serve_arguments) -----------
+
+SERVE_VARIABLES = ("MINIBROKER_LOG_LEVEL", "MINIBROKER_LOG_FORMAT", "MINIBROKER_LOOP")
+PLAIN_SERVE = [
+    ["serve"],
+    ["serve", "server.properties"],
+    ["serve", "--override", "a=b", "--override=c=d=e", "server.properties"],
+    ["serve", "server.properties", "--log-level", "debug", "--log-format=json", "--loop", "asyncio"],
+    ["serve", "--log-level=warning", "--log-level", " Error", "--loop=uvloop", "--override=-x", "f"],
+]
+LEFT_TO_ARGPARSE = [
+    ["serve", "-h"], ["serve", "--help"], ["serve", "a", "b"], ["serve", "--over", "a=b"],
+    ["serve", "--override"], ["serve", "--override", "-x"], ["serve", "--override="],
+    ["serve", "--log-level", "TRACE"], ["serve", "--log-format", "xml"], ["serve", "--loop", ""],
+    ["serve", "--", "a"], ["serve", "-"], ["serve", ""], ["serve", "--bogus"], ["serve", "--version"],
+    ["--version"], ["apis"], [],
+]
+
+
+def _argparse_reads(argv: list[str]) -> dict:
+    from minibroker.cli import build_parser
+
+    return vars(build_parser(console_tools=False, client_config=False).parse_args(argv))
+
+
+@pytest.mark.parametrize("variables", [{}, {"MINIBROKER_LOG_LEVEL": "debug", "MINIBROKER_LOG_FORMAT": "json",
+                                            "MINIBROKER_LOOP": "asyncio"}])
+@pytest.mark.parametrize("argv", PLAIN_SERVE)
+def test_a_plain_serve_command_line_reads_as_its_parser_reads_it(argv, variables, monkeypatch):
+    from minibroker.cli import serve_arguments
+
+    for name in SERVE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    plain = serve_arguments(argv)
+    assert plain is not None
+    assert vars(plain) == _argparse_reads(argv)
+
+
+@pytest.mark.parametrize("argv", LEFT_TO_ARGPARSE)
+def test_any_other_command_line_is_left_to_argparse(argv, monkeypatch):
+    from minibroker.cli import serve_arguments
+
+    for name in SERVE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert serve_arguments(argv) is None
+
+
+def test_an_unknown_log_level_variable_is_left_to_argparse_unless_an_option_overrides_it(monkeypatch):
+    from minibroker.cli import serve_arguments
+
+    monkeypatch.setenv("MINIBROKER_LOG_LEVEL", "TRACE")
+    assert serve_arguments(["serve"]) is None  # argparse's error names the variable (test above)
+    argv = ["serve", "--log-level", "info"]
+    assert vars(serve_arguments(argv)) == _argparse_reads(argv)
+
+
+def test_serve_arguments_knows_every_option_of_serves_parser():
+    from minibroker.cli import SERVE_CHOICES, SERVE_FLAGS, build_parser, subcommand_parser
+
+    serve = subcommand_parser(build_parser(console_tools=False, client_config=False), ["serve"])
+    actions = {option: action for action in serve._actions for option in action.option_strings}
+    assert set(actions) - {"-h", "--help"} == set(SERVE_FLAGS)
+    choices = {action.dest: tuple(action.choices) for action in actions.values() if action.choices}
+    assert choices == SERVE_CHOICES
+
+
 # -- serve: unknown config keys ---------------------------------------------------------------------
 
 def test_unknown_config_keys_name_their_source_and_the_closest_key(tmp_path):

@@ -246,10 +246,16 @@ def test_the_throttle_rates_a_reassignment_sets_are_accepted_as_kafka_accepts_th
     code, message = _incremental_set(minibroker, "", "cordoned.log.dirs", "*")
     assert code == INVALID_REQUEST and "broker id must be specified" in message
     resource = ConfigResource(ConfigResource.Type.BROKER, node)
-    entries = admin.describe_configs([resource])[resource].result(timeout=30)
-    assert entries["leader.replication.throttled.rate"].value == "10485760"
-    assert entries["follower.replication.throttled.rate"].value == "10485760"
-    assert entries["cordoned.log.dirs"].value == "*"
+    try:
+        entries = admin.describe_configs([resource])[resource].result(timeout=30)
+        assert entries["leader.replication.throttled.rate"].value == "10485760"
+        assert entries["follower.replication.throttled.rate"].value == "10485760"
+        assert entries["cordoned.log.dirs"].value == "*"
+    finally:  # the session's broker: test_describe_configs_errors expects no other cluster default
+        config = minibroker.broker.config
+        config.set_dynamic("follower.replication.throttled.rate", None, cluster_default=True)
+        for key in ("leader.replication.throttled.rate", "cordoned.log.dirs"):
+            config.set_dynamic(key, None)
 
 
 def test_a_key_kafka_4_removed_cannot_be_set_dynamically(minibroker):

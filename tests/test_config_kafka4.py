@@ -69,6 +69,9 @@ def test_removed_keys_are_marked_in_the_catalogue_and_its_docs():
         REMOVED_BROKER_KEYS)
     # "4.x": absent from Kafka 4.3.0, the release that dropped it not pinned down
     assert {BROKER_CONFIGS[name].removed_in for name in REMOVED_BROKER_KEYS} == {"4.0", "4.x"}
+    # each one marked, whether declared by minibroker or read with Kafka's other keys (BrokerKeyCatalogue)
+    assert {name: key.removed_in for name, key in BROKER_CONFIGS.items() if key.removed_in} == {
+        name: release for name, (release, _) in REMOVED_BROKER_KEYS.items()}
     rows = {line.split(" | ")[0].strip("| `"): line for line in config_reference_markdown().splitlines()
             if line.startswith("| `")}
     assert "Removed in Kafka 4.0" in rows["zookeeper.connect"]

@@ -18,6 +18,7 @@ import uuid
 
 import pytest
 
+from minibroker.config import BROKER_CONFIGS, REMOVED_BROKER_KEYS
 from minibroker.handlers.registry import HANDLERS, SERVED, load_handlers
 from minibroker.tools.wire import WireClient
 
@@ -63,6 +64,9 @@ LAZY_MODULES = (
     "minibroker.storage.cleaner", "minibroker.server.faults", "minibroker.server.faults_http",
     "minibroker.services.replica_manager", "minibroker.services.share_sessions", "minibroker.services.quotas",
     "minibroker.records.v2", "minibroker.records.codecs", "minibroker.tools",
+    "minibroker.storage.log_dir_move",  # partition moves (AlterReplicaLogDirs) and what they leave on disk
+    "minibroker.config.principal_rules",  # ssl.principal.mapping.rules, read when set
+    "minibroker.config.kafka_broker_keys",  # Kafka's broker keys minibroker does not use: read when named
     "crc32c", "email", "importlib.metadata", "hashlib", "lz4", "zstandard", "snappy",
     "dataclasses",  # the log dir moves' classes are plain ones: 2 ms of start-up
 )
@@ -134,6 +138,9 @@ def test_a_plain_broker_imports_no_lazy_subsystem(child):
     handler_modules = {m for m in probe["modules"] if m.startswith("minibroker.handlers.")}
     assert handler_modules == {"minibroker.handlers.registry", "minibroker.handlers.api_versions"}
     assert set(probe["services"]) == {"authorizer"}  # None: no authorizer.class.name
+    # the message fields of one API, the ApiVersions handler's (its module registers at import)
+    assert _loaded(probe, "minibroker.protocol.messages") == [
+        "minibroker.protocol.messages", "minibroker.protocol.messages.api_versions"]
     assert not probe["cleaner_running"]
 
 
@@ -151,8 +158,12 @@ def test_api_versions_advertises_every_served_key_without_importing_a_handler(ch
         (key, row.min_version, row.max_version) for key, row in sorted(SERVED.items()) if row.advertised]
     assert {f.name for f in answer.supported_features} >= {"transaction.version", "group.version",
                                                           "share.version"}
-    handler_modules = {m for m in broker.probe()["modules"] if m.startswith("minibroker.handlers.")}
+    probe = broker.probe()
+    handler_modules = {m for m in probe["modules"] if m.startswith("minibroker.handlers.")}
     assert handler_modules == {"minibroker.handlers.registry", "minibroker.handlers.api_versions"}
+    assert _loaded(probe, "minibroker.protocol.messages") == [  # and, with the request, its header's
+        "minibroker.protocol.messages", "minibroker.protocol.messages.api_versions",
+        "minibroker.protocol.messages.request_header"]
 
 
 def test_the_static_table_is_what_the_handler_modules_serve():
@@ -174,8 +185,9 @@ def test_produce_and_fetch_load_their_handlers_on_first_use(child):
     assert next(consumer).value == b"hello"  # (a list of the iterator would wait out the timeout)
     consumer.close()
     probe = broker.probe()
-    assert {"minibroker.handlers.produce", "minibroker.handlers.fetch",
-            "minibroker.handlers.metadata"} <= set(probe["modules"])
+    assert {"minibroker.handlers.produce", "minibroker.handlers.fetch", "minibroker.handlers.metadata",
+            "minibroker.protocol.messages.produce", "minibroker.protocol.messages.fetch"} <= set(
+        probe["modules"])
     assert "replicas" in probe["services"]
     assert "transactions" not in probe["services"] and _loaded(probe, "minibroker.storage.cleaner") == []
 
@@ -238,6 +250,42 @@ def test_a_share_group_loads_on_the_first_share_request(child):
     assert _loaded(probe, "minibroker.coordinator.share_partition_manager")
 
 
+def test_kafkas_other_broker_keys_load_when_a_client_first_needs_them(child):
+    """DescribeConfigs of the broker lists Kafka's keys minibroker does not use, with Kafka's defaults;
+    IncrementalAlterConfigs of a key Kafka 4 removed (one of them) gets Kafka 4's answer. Neither broker
+    had read that catalogue before (kafka-python's and confluent-kafka's admin clients)."""
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    node = str(BROKER_CONFIGS["node.id"].default)
+    broker = child()
+    assert _loaded(broker.probe(), "minibroker.config.kafka_broker_keys") == []
+    admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, node)],
+                                           config_filter="all")["broker"][node]
+    finally:
+        admin.close()
+    assert described["broker.heartbeat.interval.ms"]["value"] == "2000"  # a Kafka-only key, its default
+    assert described["broker.heartbeat.interval.ms"]["config_source"] == "DEFAULT_CONFIG"
+    assert described["log.segment.bytes"]["value"] == "1073741824"
+    assert "password.encoder.secret" not in described  # removed in Kafka 4: listed only when set
+    assert set(described) == set(BROKER_CONFIGS) - set(REMOVED_BROKER_KEYS)
+    assert _loaded(broker.probe(), "minibroker.config.kafka_broker_keys")
+
+    # kafka-python checks the names against a DescribeConfigs first: confluent-kafka sends them as they are
+    ck_admin = pytest.importorskip("confluent_kafka.admin")
+    broker = child()
+    admin = ck_admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ck_admin.ConfigResource("broker", node, incremental_configs=[ck_admin.ConfigEntry(
+        "password.encoder.secret", "s", incremental_operation=ck_admin.AlterConfigOpType.SET)])
+    with pytest.raises(ck_admin.KafkaException) as error:
+        admin.incremental_alter_configs([resource])[resource].result(10)
+    assert error.value.args[0].code() == ck_admin.KafkaError.INVALID_CONFIG
+    assert "Unknown broker config name: password.encoder.secret" in error.value.args[0].str()
+    assert _loaded(broker.probe(), "minibroker.config.kafka_broker_keys")
+
+
 def test_creating_a_compacted_topic_starts_the_cleaner(child):
     broker = child()
     with WireClient("127.0.0.1", broker.port) as wire:
@@ -297,6 +345,20 @@ def test_a_sasl_listener_loads_sasl_at_start_up(child):
     assert _loaded(probe, "minibroker.security.tls") == []  # no TLS listener
 
 
+def test_serve_reads_a_plain_command_line_without_importing_argparse():
+    """``minibroker serve`` with --override, --log-level, --log-format, --loop and a file (0.4 MB of RSS:
+    scripts/bench.py --only startup); tests/test_cli_rough_edges.py checks it reads them as argparse does."""
+    code = ("import sys; from minibroker.cli import parse_arguments; args = parse_arguments(sys.argv[1:]); "
+            "print(args.func.__name__, args.override, 'argparse' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, "serve", "server.properties", "--override", "a=b",
+                          "--log-level", "warning", "--log-format", "text", "--loop", "auto"],
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.stdout.split() == ["cmd_serve", "['a=b']", "False"], out.stderr
+    out = subprocess.run([sys.executable, "-c", code, "serve", "--log-lev", "warning"],  # an abbreviation
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.stdout.split() == ["cmd_serve", "None", "True"], out.stderr
+
+
 def test_start_up_looks_for_the_client_quotas_file_by_its_real_name():
     from minibroker.services import CLIENT_QUOTAS_FILE
     from minibroker.services.quotas import QUOTAS_FILE
@@ -310,6 +372,14 @@ def test_start_up_looks_for_the_scram_credentials_file_by_its_real_name():
     from minibroker.services import SCRAM_CREDENTIALS_FILE
 
     assert SCRAM_CREDENTIALS_FILE == CREDENTIALS_FILE
+
+
+def test_start_up_looks_for_the_move_crash_hook_by_its_real_name():
+    """The log manager names the variable without importing the moves' module."""
+    from minibroker.storage.log_dir_move import MOVE_CRASH_AT_ENV
+    from minibroker.storage.log_manager import MOVE_CRASH_AT_ENV as named_at_start
+
+    assert named_at_start == MOVE_CRASH_AT_ENV
 
 
 @pytest.mark.parametrize("argv", [["topics", "list"], ["transactions", "abort", "--help"],

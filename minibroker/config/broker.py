@@ -164,8 +164,14 @@ class BrokerConfig:
 
     def non_default(self) -> dict[str, Any]:
         """Only the keys set somewhere other than the embedded defaults (listener-prefixed ones too),
-        for a short start-up banner."""
-        out = {k: v for k, v in self.effective().items() if self.source_of(k) != "default"}
+        for a short start-up banner: read from the layers, not the whole catalogue (BROKER_CONFIGS
+        reads Kafka's other keys only for a name it lacks)."""
+        out = {}
+        for layer in (self._dynamic_broker, self._dynamic_default, *self._static.values()):
+            for name in layer:
+                if name not in out and not name.startswith(LISTENER_PREFIX) and name in BROKER_CONFIGS:
+                    value = self[name]
+                    out[name] = "[hidden]" if BROKER_CONFIGS[name].sensitive and value is not None else value
         for key, src in self.listener_keys().items():
             value = self._static[src][key]
             out[key] = "[hidden]" if BROKER_CONFIGS[split_listener_key(key)[2]].sensitive else value

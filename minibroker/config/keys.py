@@ -14,6 +14,7 @@ Stdlib only and cheap to import: the broker's start-up time budget includes this
 from __future__ import annotations
 
 import collections
+import collections.abc
 import math
 import re
 from enum import IntEnum
@@ -716,8 +717,64 @@ _BROKER_KEYS = [
        "guessing).", importance="low", validator=AtLeast(0)),
 ]
 
-BROKER_CONFIGS: dict[str, ConfigKey] = {k.name: k for k in _BROKER_KEYS}
-"""Every broker key minibroker accepts, in documentation order."""
+class BrokerKeyCatalogue(collections.abc.MutableMapping):
+    """``BROKER_CONFIGS``: the keys declared above, then Kafka's other broker keys (``kafka_broker_keys``,
+    226 of them), which are read and made into ConfigKeys only when first needed: a lookup of a name
+    the declared keys lack (an unknown or Kafka-only key given, an AlterConfigs of one), or a walk over
+    all of them (DescribeConfigs of the broker, docs/configuration.md). Each answer is what a table
+    holding both from the start gives; a broker whose configuration names only declared keys never
+    builds the rest (about 0.1 MB)."""
+
+    __slots__ = ("_keys", "_complete")
+
+    def __init__(self, declared: dict[str, ConfigKey]):
+        self._keys = declared
+        self._complete = False
+
+    def _all(self) -> dict[str, ConfigKey]:
+        if not self._complete:
+            self._complete = True
+            added = [key for key in _kafka_only_keys() if key.name not in self._keys]
+            self._keys.update((key.name, key) for key in added)
+            for key in added:  # once all are in: a removed one may be named by its prefix alone
+                key.removed_in = REMOVED_BROKER_KEYS.release(key.name)
+        return self._keys
+
+    def __getitem__(self, name: str) -> ConfigKey:
+        key = self._keys.get(name)
+        return key if key is not None else self._all()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        key = self._keys.get(name)
+        return key if key is not None else self._all().get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._keys or name in self._all()
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __setitem__(self, name: str, key: ConfigKey) -> None:
+        self._all()[name] = key
+
+    def __delitem__(self, name: str) -> None:
+        del self._all()[name]
+
+    def keys(self):
+        return self._all().keys()
+
+    def values(self):
+        return self._all().values()
+
+    def items(self):
+        return self._all().items()
+
+
+BROKER_CONFIGS = BrokerKeyCatalogue({k.name: k for k in _BROKER_KEYS})
+"""Every broker key minibroker accepts, in documentation order (Kafka's other keys last)."""
 
 # Kafka's broker-level synonym groups (DescribeConfigs lists them, highest priority first).
 BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -925,9 +982,46 @@ def _kafka_only_keys() -> list[ConfigKey]:
 
 # Kafka accepts every name of its broker configuration definition, so minibroker does too: loaded,
 # described with Kafka's default (DescribeConfigs), alterable when Kafka's are (AlterConfigs), and
-# documented as having no effect.
-for _key in _kafka_only_keys():
-    BROKER_CONFIGS.setdefault(_key.name, _key)
+# documented as having no effect. BROKER_CONFIGS adds them when first needed (BrokerKeyCatalogue).
+
+
+class RemovedBrokerKeys(collections.abc.Mapping):
+    """``REMOVED_BROKER_KEYS``: name -> (Kafka release that dropped it, why): every catalogue key with one
+    of ``prefixes`` (in catalogue order), then the ones ``named``. Looking a name up reads Kafka's other
+    keys (BrokerKeyCatalogue) only when it has one of the prefixes: load_config asks about every key
+    given."""
+
+    __slots__ = ("_prefixes", "_prefixed", "_named")
+
+    def __init__(self, prefixes: tuple[str, ...], prefixed: tuple[str, str],
+                 named: dict[str, tuple[str, str]]):
+        self._prefixes = prefixes
+        self._prefixed = prefixed
+        self._named = named
+
+    def __getitem__(self, name: str) -> tuple[str, str]:
+        entry = self._named.get(name)
+        if entry is not None:
+            return entry
+        if name.startswith(self._prefixes) and name in BROKER_CONFIGS:
+            return self._prefixed
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._named or (isinstance(name, str) and name.startswith(self._prefixes)
+                                       and name in BROKER_CONFIGS)
+
+    def __iter__(self):
+        yield from (name for name in BROKER_CONFIGS
+                    if name.startswith(self._prefixes) and name not in self._named)
+        yield from self._named
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def release(self, name: str) -> str | None:
+        """The release that dropped ``name``, None for a key Kafka 4 still has."""
+        return self[name][0] if name in self else None
 
 
 # Broker keys Apache Kafka 4 dropped from its configuration definition (none is among the keys a Kafka
@@ -935,10 +1029,7 @@ for _key in _kafka_only_keys():
 # Kafka 4.x takes such a name as any unknown one (AbstractConfig logs it as supplied but unused, and
 # starts); minibroker keeps accepting them, as 3.9 did, and load_config warns that Kafka 4 no longer
 # knows them.
-REMOVED_BROKER_KEYS: dict[str, tuple[str, str]] = {
-    # ZooKeeper mode is gone (KIP-833); the password encoder only ever served ZooKeeper-stored configs
-    **{name: ("4.0", "ZooKeeper mode was removed") for name in BROKER_CONFIGS
-       if name.startswith(("zookeeper.", "password.encoder."))},
+_REMOVED_BY_NAME: dict[str, tuple[str, str]] = {
     "log.message.format.version": ("4.0", "KIP-724: brokers write record format v2 only"),
     "log.message.downconversion.enable": ("4.0", "KIP-724: record down-conversion was removed"),
     "log.message.timestamp.difference.max.ms": (
@@ -957,8 +1048,11 @@ REMOVED_BROKER_KEYS: dict[str, tuple[str, str]] = {
     "leader.imbalance.per.broker.percentage": ("4.x", "a ZooKeeper-mode controller setting"),
     "group.share.max.groups": ("4.x", "not in Kafka 4.3's share group definitions"),
 }
-for _name, (_release, _why) in REMOVED_BROKER_KEYS.items():
-    BROKER_CONFIGS[_name].removed_in = _release
+# ZooKeeper mode is gone (KIP-833); the password encoder only ever served ZooKeeper-stored configs
+REMOVED_BROKER_KEYS = RemovedBrokerKeys(("zookeeper.", "password.encoder."),
+                                        ("4.0", "ZooKeeper mode was removed"), _REMOVED_BY_NAME)
+for _key in _BROKER_KEYS:  # Kafka's other keys get theirs when BROKER_CONFIGS adds them
+    _key.removed_in = REMOVED_BROKER_KEYS.release(_key.name)
 
 # Topic keys Kafka 4.0 dropped with their broker synonyms: Kafka 4's DescribeConfigs lists them only when
 # a topic sets them (minibroker still honours message.format.version, for teaching)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from minibroker.config.listeners import csv_items, parse_listeners
-from minibroker.config.principal_rules import PrincipalMapper
 
 
 class AtLeast:
@@ -156,6 +155,8 @@ class PrincipalMappingRules(_Parsed):
     text = "RULE:pattern/replacement/[LU],...,DEFAULT"
 
     def parse(self, value: Any) -> None:
+        from minibroker.config.principal_rules import PrincipalMapper  # only when the key is set
+
         PrincipalMapper(value)
 
 

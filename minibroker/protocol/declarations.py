@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -42,31 +43,34 @@ def _field(raw: tuple) -> F:
 
 
 class MessageTable(Mapping):
-    """Message declarations by name, built from the generated constants on first use."""
+    """Message declarations by name, built on first use from the generated index (schema.py) and the
+    fields of the message's module (``minibroker.protocol.messages.<module>``, imported then): a broker
+    holds the fields of the APIs its clients use, not of all of them."""
 
-    def __init__(self, raw: dict[str, tuple]):
-        self._raw = raw
+    def __init__(self, index: dict[str, tuple]):
+        self._index = index
         self._built: dict[str, Message] = {}
 
     def __getitem__(self, name: str) -> Message:
         message = self._built.get(name)
         if message is None:
-            kind, api_key, valid, flexible, fields = self._raw[name]
+            kind, api_key, valid, flexible, module = self._index[name]
+            fields = importlib.import_module(f"minibroker.protocol.messages.{module}").FIELDS[name]
             message = Message(name, kind, api_key, valid, flexible, tuple(_field(f) for f in fields))
             self._built[name] = message
         return message
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._raw)
+        return iter(self._index)
 
     def __len__(self) -> int:
-        return len(self._raw)
+        return len(self._index)
 
     def flexible_versions(self, name: str) -> tuple[int, int] | None:
         """The message's flexible version range, without building its declaration."""
-        return self._raw[name][3]
+        return self._index[name][3]
 
     def kinds(self) -> Iterator[tuple[str, str, int]]:
         """(name, kind, api_key) of every message, without building declarations."""
-        for name, raw in self._raw.items():
-            yield name, raw[0], raw[1]
+        for name, entry in self._index.items():
+            yield name, entry[0], entry[1]

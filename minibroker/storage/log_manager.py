@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import checkpoints as ckpt
-from minibroker.storage import log_dir_move as mv
 from minibroker.storage.dir_lock import LogDirLock
 from minibroker.storage.topic_config import broker_setting, effective_topic_config
 
-if TYPE_CHECKING:  # imported with the first partition (_partition_log): a broker with none never needs it
-    from minibroker.storage.partition_log import PartitionLog
+if TYPE_CHECKING:  # each imported when first needed: a broker that has no use for it never does
+    from minibroker.storage import log_dir_move as mv  # by a move, or a dir a move left
+    from minibroker.storage.partition_log import PartitionLog  # with the first partition (_partition_log)
 
 __all__ = ["LogDirConflictError", "LogManager", "TopicInfo", "TOPICS_FILE"]
 
@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 TOPICS_FILE = "minibroker-topics.json"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _SKIPPED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+MOVE_CRASH_AT_ENV = "MINIBROKER_MOVE_CRASH_AT"  # log_dir_move's, named here: see LogManager.__init__
 
 
 # A move's final step (on the loop, appends paused) copies at most about this much; more is left to
@@ -113,7 +114,11 @@ class LogManager:
         self._moves: dict[tuple[str, int], _Move] = {}  # AlterReplicaLogDirs moves in progress
         # moves a restart cut short (their future dirs, found by load()) -> destination; resume_moves()
         self._moves_to_resume: dict[tuple[str, int], str] = {}
-        self._move_crash = mv.move_crash_hook_from_env()  # tests: MINIBROKER_MOVE_CRASH_AT
+        self._move_crash = None  # tests: MINIBROKER_MOVE_CRASH_AT, whose module is imported only when set
+        if MOVE_CRASH_AT_ENV in os.environ:
+            from minibroker.storage import log_dir_move as mv
+
+            self._move_crash = mv.move_crash_hook_from_env()
         self._delayed_deletes: list[asyncio.TimerHandle] = []  # moved partitions' old "-delete" dirs
 
     # ---- locking ------------------------------------------------------------------------------
@@ -187,8 +192,11 @@ class LogManager:
                 if name.endswith(_SKIPPED_DIR_SUFFIXES) or "-" not in name:
                     if name.endswith("-delete"):
                         _rmtree(full)
-                    elif (key := mv.parse_future_dir(name)) is not None:
-                        futures.append((key, full))
+                    elif name.endswith("-future"):  # a move's copy (storage/log_dir_move.py)
+                        from minibroker.storage import log_dir_move as mv
+
+                        if (key := mv.parse_future_dir(name)) is not None:
+                            futures.append((key, full))
                     continue
                 topic, _, part = name.rpartition("-")
                 if not part.isdigit():
@@ -287,6 +295,8 @@ class LogManager:
             elif marks[full2] == (d1, _last_segment(full1)) and marks[full1] is None:
                 winner, loser = (d2, full2), full1
             if winner is not None:
+                from minibroker.storage import log_dir_move as mv
+
                 log.warning("%s-%d: found in %s and %s; its move to %s had committed: removing %s",
                             key[0], key[1], d1, d2, winner[0], loser)
                 doomed = os.path.join(os.path.dirname(loser),
@@ -520,6 +530,8 @@ class LogManager:
 
     async def _move(self, move: _Move) -> None:
         """One move: copy rounds in a worker thread until little is left, then the swap on the loop."""
+        from minibroker.storage import log_dir_move as mv
+
         key = (move.topic, move.partition)
         loop = asyncio.get_running_loop()
         future = os.path.join(move.destination,
@@ -590,6 +602,8 @@ class LogManager:
                 await loop.run_in_executor(None, _rmtree, future)
 
     def _check_move(self, move: _Move) -> None:
+        from minibroker.storage import log_dir_move as mv
+
         key = (move.topic, move.partition)
         if move.cancelled or self._logs.get(key) is not move.plog or move.plog.closed:
             raise mv.MoveStopped()
@@ -604,6 +618,8 @@ class LogManager:
         write the destination's checkpoints (with this partition) and the marker; rename the future
         dir to ``<topic>-<partition>`` (the commit point), rename the source ``-delete`` (removed after
         file.delete.delay.ms), open the log from its new dir. Returns True once committed."""
+        from minibroker.storage import log_dir_move as mv
+
         topic, partition, plog = move.topic, move.partition, move.plog
         key = (topic, partition)
         started = time.monotonic()
@@ -1107,6 +1123,8 @@ def _partition_log() -> type[PartitionLog]:
 def _read_moved_from(partition_dir: str) -> tuple[str, tuple[int, int]] | None:
     """A moved partition's marker (log_dir_move.MOVED_FROM_FILE): the source log dir and the (base
     offset, size) of the source's last segment at the commit; None when absent or unreadable."""
+    from minibroker.storage import log_dir_move as mv
+
     try:
         with open(os.path.join(partition_dir, mv.MOVED_FROM_FILE), encoding="utf-8") as f:
             source, last = f.read().splitlines()[:2]
@@ -1130,6 +1148,8 @@ def _last_segment(partition_dir: str) -> tuple[int, int] | None:
 
 
 def _drop_moved_from(partition_dir: str) -> None:
+    from minibroker.storage import log_dir_move as mv
+
     try:
         os.unlink(os.path.join(partition_dir, mv.MOVED_FROM_FILE))
         ckpt.fsync_dir(partition_dir)
