@@ -802,6 +802,23 @@ class PartitionLog:
                 return
             offset = last + 1
 
+    def iter_entry_headers(self, start: int) -> Iterator[tuple[LogSegment, bytes, int, EntryInfo]]:
+        """(segment, chunk, where the entry starts in the chunk, entry) for every entry holding offsets
+        from ``start`` to the log end as it is now, reading each entry's header and not its records
+        (``LogSegment.iter_headers``; ``entry.position`` is its position in the segment's file): for the
+        producer-state replay, which needs the records of control batches only
+        (``LogSegment.read_entry_bytes``). The first entry may begin before ``start``."""
+        self._check_open()
+        if start < self._log_start or start > self._leo:
+            raise self._out_of_range(start)
+        i = bisect.bisect_right(self._bases, start) - 1
+        for segment in self._segments[i:]:
+            first = segment.translate_offset(start)
+            if first is None:
+                continue
+            for buf, at, info in segment.iter_headers(first.position, segment.size):
+                yield segment, buf, at, info
+
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp >= ``timestamp`` at or after the
         log start offset (ListOffsets by time), or None when there is none."""

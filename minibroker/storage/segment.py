@@ -397,6 +397,13 @@ class LogSegment:
     def iter_entries(self, position: int, end: int | None = None) -> Iterator[EntryInfo]:
         """Headers of the whole entries in ``[position, end)``, read in chunks (record bytes are
         skipped, not read); stops at a trailing partial entry. Positions are file positions."""
+        for _, _, info in self.iter_headers(position, end):
+            yield info
+
+    def iter_headers(self, position: int, end: int | None = None) -> Iterator[tuple[bytes, int, EntryInfo]]:
+        """``iter_entries`` with the bytes read: (chunk, where the entry starts in it, entry), the chunk
+        holding at least the entry's first ``min(size, V2_HEADER_SIZE)`` bytes (a v2 batch's whole
+        header: producer id, sequence, attributes), never more than ``_SCAN_CHUNK`` a read."""
         end = self.size if end is None else min(end, self.size)
         fd = self.file.fileno()
         while end - position >= LOG_OVERHEAD:
@@ -408,11 +415,18 @@ class LogSegment:
                     raise ValueError(f"{self.log_path}: impossible entry size {size} at {position + off}")
                 if n - off < min(size, _MAX_ENTRY_HEADER) or position + off + size > end:
                     break
-                yield read_entry(buf, off)._replace(position=position + off)
+                yield buf, off, read_entry(buf, off)._replace(position=position + off)
                 off += size
             if off == 0:
                 return  # the entry at `position` is partial
             position += off
+
+    def read_entry_bytes(self, info: EntryInfo) -> bytes:
+        """The whole entry ``info`` (from ``iter_entries``: a file position) read from the file."""
+        data = os.pread(self.file.fileno(), info.size, info.position)
+        if len(data) != info.size:
+            raise ValueError(f"{self.log_path}: the entry at {info.position} is cut short: {len(data)} bytes")
+        return data
 
     def translate_offset(self, offset: int, start_position: int = 0) -> EntryInfo | None:
         """First entry whose last offset >= ``offset`` (index floor lookup, then header scan).

@@ -182,23 +182,21 @@ def test_a_replay_that_fails_midway_leaves_no_abort_indexed_and_the_retry_serves
     """After an unclean start the producer-state replay indexes the aborts of the segments recovery
     re-read. A replay cut by an OS error (EMFILE, EIO) after such an abort must leave nothing
     appended: the retry once the error clears appends it again and would find it there."""
-    from minibroker.storage import producer_state
-
     plog = _log_with_an_aborted_transaction(tmp_path)
     _append(plog, build_records(2, [(2, NOW, None, b"b")]))
     # crash: never closed; the unclean open empties the re-read segment's txn index
     reopened = PartitionLog.open(plog.directory, "t", 0, b"\x01" * 16, _config(), recovery_point=0)
     assert reopened.segments[0].txn_index_needs_rebuild
-    monkeypatch.setattr(producer_state, "REPLAY_CHUNK", 1)  # an entry per read: fails after the abort
-    failed, real_read_bytes = [], reopened.read_bytes
+    failed, real_headers = [], reopened.iter_entry_headers
 
-    def read_bytes_failing_once_after_the_marker(offset, max_bytes):
-        if offset == 2 and not failed:
-            failed.append(offset)
-            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-        return real_read_bytes(offset, max_bytes)
+    def headers_failing_once_after_the_marker(start):
+        for item in real_headers(start):
+            if item[3].base_offset == 2 and not failed:  # the batch after the abort's marker
+                failed.append(2)
+                raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            yield item
 
-    monkeypatch.setattr(reopened, "read_bytes", read_bytes_failing_once_after_the_marker)
+    monkeypatch.setattr(reopened, "iter_entry_headers", headers_failing_once_after_the_marker)
     with pytest.raises(KafkaError) as info:
         reopened.producer_state  # noqa: B018
     assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR
@@ -209,3 +207,39 @@ def test_a_replay_that_fails_midway_leaves_no_abort_indexed_and_the_retry_serves
     again = PartitionLog.open(plog.directory, "t", 0, b"\x01" * 16, _config(), clean=True)
     assert again.collect_aborted_transactions(0, 3) == [AbortedTxn(5, 0, 1, 2)]  # on disk once
     again.close()
+
+
+def test_the_replay_reads_batch_headers_not_records_across_segments(tmp_path, monkeypatch):
+    """The producer-state replay after a restart reads each batch's header and a marker's record, not
+    the records of data batches: batches larger than a scan chunk, an idempotent producer and an
+    aborted transaction over two segments, and no snapshot, give the state the appends left, from
+    reads of a small part of the log."""
+    plog = PartitionLog.create(str(tmp_path / "t-0"), "t", 0, b"\x01" * 16, _config())
+    big = b"x" * 200_000  # a batch of one is twelve times the 16 KiB scan chunk
+    _append(plog, build_records(2, [(0, NOW, None, big), (1, NOW, None, big)], producer_id=7,
+                                producer_epoch=1, base_sequence=0))
+    _append(plog, build_records(2, [(2, NOW, None, big)]))  # no producer id: not replayed
+    _append(plog, build_records(2, [(3, NOW + 1, None, big)], producer_id=5, producer_epoch=0,
+                                base_sequence=0, is_transactional=True))
+    plog.roll()
+    _append(plog, build_end_txn_marker(commit=False, producer_id=5, producer_epoch=0, coordinator_epoch=0,
+                                       timestamp=NOW + 2, base_offset=4))
+    plog.add_aborted_txn(AbortedTxn(5, 3, 4, 5))
+    _append(plog, build_records(2, [(5, NOW + 3, None, big)], producer_id=7, producer_epoch=1,
+                                base_sequence=2))
+    log_bytes = sum(s.size for s in plog.segments)
+    plog.close()
+    for name in os.listdir(plog.directory):  # the replay starts from the log start
+        if name.endswith(".snapshot"):
+            os.unlink(os.path.join(plog.directory, name))
+    reopened = PartitionLog.open(plog.directory, "t", 0, b"\x01" * 16, _config(), clean=True)
+    read, real_pread = [], os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: read.append(n) or real_pread(fd, n, at))
+    table = reopened.producer_state
+    assert table.loaded_snapshot_offset is None and table.replayed_batches == 4
+    assert table.check(7, 1, 2, 2) is not None  # producer 7's batch in the second segment: a duplicate
+    assert table.check(7, 1, 3, 3) is None  # and its next sequence is 3
+    assert table.ongoing_transactions() == {}  # the marker closed producer 5's transaction
+    assert sorted(p[:4] for p in table.active()) == [(5, 0, 0, 3), (7, 1, 2, 5)]
+    assert sum(read) < log_bytes / 8  # a whole read is log_bytes and more
+    reopened.close()
