@@ -1,25 +1,29 @@
 """What the live view's append feed costs produce (issue 33; a script, not a test).
 
-Usage: ``python scripts/bench_live_view.py [--baseline-tree DIR] [--reps 5] [--frames 20000]
-[--out FILE.json]``
+Usage: ``python scripts/bench_live_view.py [--baseline-tree DIR] [--before-tree DIR] [--reps 5]
+[--frames 20000] [--appends 20000] [--out FILE.json]``
 
 Raw Produce frames (scripts/bench.py's generator in its own process: pre-built frames, 5 in flight, one
 connection) of small batches, where a per-append cost shows most: 10 records of 100 B a batch, each
-frame one append. Four brokers (``minibroker serve`` subprocesses, fresh data dirs), measured in turn,
+frame one append. Brokers (``minibroker serve`` subprocesses, fresh data dirs), measured in turn,
 round after round, in the same run:
 
 - ``absent``: the code without the feature, from ``--baseline-tree`` (a checkout before issue 33, e.g.
-  ``git worktree add /tmp/base main``; default /work/main when it exists; skipped without one);
+  ``git worktree add --detach /tmp/base 4a1e291``; skipped without one);
 - ``off``: this tree, ``ui.enable=false`` (the append path still checks ``broker.append_feed``);
 - ``closed``: this tree, ``ui.enable=true`` and no page open;
 - ``open``: this tree, ``ui.enable=true`` and one feed subscriber (a socket reading ``/ui/feed``, as a
-  page's EventSource does), which must receive every append.
+  page's EventSource does, with the page's default window), which must account for every append: each
+  one either in a row or in a ``skipped`` count;
+- ``closed@before``, ``open@before``: the same two from ``--before-tree`` (an earlier version of the
+  feed, e.g. ``git worktree add --detach /tmp/base-live main``), for a before/after table of one run.
 
 Prints, and writes with ``--out``, each variant's median MB/s and broker CPU per million records, and the
 ratios to ``absent`` (else to ``off``) of the same run. Goals: ``closed`` ~1.0, ``open`` >= 0.95. On a
 busy machine the throughput swings more than that between rounds of one variant; the broker's CPU per
-record (process CPU time) is the steadier figure. First, in this process: the append path's CPU per
-append with no page and with one (``append_path``).
+record (process CPU time) is the steadier figure. First, in-process (``append_path``): the loop thread's
+CPU per append with no page and with one, the page's writer task (rows, JSON, socket) included, for
+this tree and for ``--before-tree``.
 """
 
 from __future__ import annotations
@@ -46,13 +50,15 @@ PER_BATCH = 10
 
 
 class FeedSubscriber(threading.Thread):
-    """Reads ``/ui/feed`` like a page would, counting the appends its events carry."""
+    """Reads ``/ui/feed`` like a page would, counting the appends its events carry as rows and as
+    ``skipped`` counts (``dropped`` in the feed before windowing)."""
 
     def __init__(self, port: int):
         super().__init__(daemon=True)
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.sendall(b"GET /ui/feed HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n")
-        self.appends = 0
+        self.appends = 0  # rows
+        self.skipped = 0
 
     def run(self) -> None:
         buf = b""
@@ -68,6 +74,12 @@ class FeedSubscriber(threading.Thread):
             for event in events:
                 if event.startswith(b"event: appends\n"):
                     self.appends += len(json.loads(event.rsplit(b"data: ", 1)[1]))
+                elif event.startswith((b"event: skipped\n", b"event: dropped\n")):
+                    self.skipped += int(event.rsplit(b"data: ", 1)[1])
+
+    @property
+    def accounted(self) -> int:
+        return self.appends + self.skipped
 
     def close(self) -> None:
         self.sock.close()
@@ -88,25 +100,27 @@ def measure(tree: str, overrides: dict[str, str], frames: list[bytes], count: in
         received = None
         if sub is not None:
             deadline = time.monotonic() + 10
-            while sub.appends < count and time.monotonic() < deadline:
+            while sub.accounted < count and time.monotonic() < deadline:
                 time.sleep(0.05)
-            received = sub.appends
+            received = {"rows": sub.appends, "skipped": sub.skipped}
             sub.close()
     return {"MBps": len(frames[0]) * count / elapsed / 1e6,
             "cpu_s_per_million_records": cpu / (count * PER_BATCH) * 1e6, "feed_events": received}
 
 
-def append_path(reps: int, appends: int) -> dict:
-    """The append path alone, in this process: ``ReplicaManager.append_records`` of one 10-record batch,
-    ``appends`` times, on the broker's loop, with no page (``broker.append_feed`` None) and with one
-    subscriber (its queue full: publishing drops the oldest, as for a page that fell behind), in
-    turn. Returns CPU microseconds of the loop thread per append, medians over ``reps`` rounds, and
-    the ratio. The page's writer (JSON, socket) is not in it: the process CPU of ``measure`` is."""
+def append_path_rounds(reps: int, appends: int) -> dict:
+    """The append path in this interpreter (the minibroker on ``PYTHONPATH``): ``ReplicaManager.
+    append_records`` of one 10-record batch, ``appends`` times on the broker's loop, which runs its other
+    tasks every 5 appends (as with 5 requests in flight), with no page and with one, in turn (ABBA: the
+    log grows round after round). The page is a child process reading ``/ui/feed`` (its default window),
+    so the loop thread runs what a page costs the broker: publishing each append and the page's writer
+    task (rows, JSON, socket writes). Returns the loop thread's CPU microseconds per append of each
+    round; a round ends once the feed has accounted for every append."""
     import asyncio
+    import subprocess
 
     from minibroker.records import build_records
     from minibroker.testing import BrokerRunner
-    from minibroker.tools.live_view import AppendFeed
 
     value = b"v" * RECORD_SIZE
     batch = bytes(build_records(2, [(i, int(time.time() * 1000), None, value) for i in range(PER_BATCH)]))
@@ -114,13 +128,16 @@ def append_path(reps: int, appends: int) -> dict:
     try:
         runner.create_topic("ui-append")
         broker = runner.broker
-        feed = AppendFeed(broker)
+        port = int(runner.metrics_url.rsplit(":", 1)[1])
 
         async def run(n: int) -> float:
             replicas = broker.replicas
             t0 = time.thread_time()  # the loop thread's CPU: other processes' load counts far less
-            for _ in range(n):
+            for i in range(n):
                 replicas.append_records("ui-append", 0, bytearray(batch), 9)
+                if i % 5 == 4:
+                    await asyncio.sleep(0)
+            await asyncio.sleep(0.4)  # the page's last write (a busy feed gathers 0.25 s)
             return (time.thread_time() - t0) / n * 1e6
 
         def timed(n: int) -> float:
@@ -128,58 +145,115 @@ def append_path(reps: int, appends: int) -> dict:
 
         timed(appends // 10)  # warm
         closed, open_ = [], []
-        for rep in range(reps):  # ABBA: the log grows round after round, the order alternates
+        for rep in range(reps):
             for subscribed in ((False, True) if rep % 2 == 0 else (True, False)):
                 if not subscribed:
                     closed.append(timed(appends))
                     continue
-                sub = asyncio.run_coroutine_threadsafe(_subscribe(feed), runner._loop).result(10)
+                reader = subprocess.Popen([sys.executable, os.path.abspath(__file__), "_reader", str(port),
+                                           str(appends)], stdout=subprocess.PIPE, text=True)
+                deadline = time.monotonic() + 10
+                while broker.append_feed is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 open_.append(timed(appends))
-                runner._loop.call_soon_threadsafe(feed.unsubscribe, sub)
-        publish = asyncio.run_coroutine_threadsafe(_publish_cost(feed, batch, appends * 5),
-                                                   runner._loop).result(300)
+                accounted = int(reader.communicate(timeout=30)[0].split()[-1])
+                if accounted != appends:
+                    raise RuntimeError(f"the feed accounted for {accounted} appends of {appends}")
+                deadline = time.monotonic() + 10
+                while broker.append_feed is not None and time.monotonic() < deadline:
+                    time.sleep(0.01)
     finally:
         runner.stop()
         runner.cleanup()
-    return {"us_per_append_no_page": statistics.median(closed),
-            "us_per_append_one_page": statistics.median(open_),
-            "ratio_one_page_to_no_page": statistics.median(open_) / statistics.median(closed),
-            "rounds_no_page": [round(x, 2) for x in closed], "rounds_one_page": [round(x, 2) for x in open_],
-            "us_per_publish": publish}
+    return {"no_page": closed, "one_page": open_}
 
 
-async def _subscribe(feed):
-    return feed.subscribe()  # on the loop: its asyncio.Event belongs there
+def _reader(port: int, count: int) -> None:
+    """A page reading the feed until it has accounted for ``count`` appends (``append_path_rounds``)."""
+    sub = FeedSubscriber(port)
+    sub.start()
+    while sub.accounted < count and sub.is_alive():
+        time.sleep(0.01)
+    sub.close()
+    print(sub.accounted)
 
 
-async def _publish_cost(feed, batch: bytes, n: int) -> float:
+def append_path(reps: int, appends: int, tree: str | None = None) -> dict:
+    """``append_path_rounds`` in fresh interpreters, ``tree``'s code (else this tree's), two pairs of
+    rounds in each of ``reps`` of them; plus, for this tree, ``AppendFeed.publish`` alone. Medians of the
+    rounds, and the median of each interpreter's ratio one page / no page."""
+    import subprocess
+
+    closed, open_, ratios = [], [], []
+    for _ in range(reps):
+        env = {**os.environ, "PYTHONPATH": tree or ROOT}
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "_rounds", str(appends)],
+                             capture_output=True, text=True, check=True, timeout=600, env=env)
+        rounds = json.loads(out.stdout.strip().splitlines()[-1])
+        closed += rounds["no_page"]
+        open_ += rounds["one_page"]
+        ratios.append(statistics.median(rounds["one_page"]) / statistics.median(rounds["no_page"]))
+    result = {"tree": tree or ROOT,
+              "us_per_append_no_page": statistics.median(closed),
+              "us_per_append_one_page": statistics.median(open_),
+              "ratio_one_page_to_no_page": statistics.median(open_) / statistics.median(closed),
+              "median_paired_ratio": statistics.median(ratios),
+              "rounds_no_page": [round(x, 2) for x in closed],
+              "rounds_one_page": [round(x, 2) for x in open_]}
+    if tree is None:
+        result["us_per_publish"] = _publish_cost(appends * 5)
+    return result
+
+
+def _publish_cost(n: int) -> float:
     """CPU microseconds of ``AppendFeed.publish`` alone, for one subscriber, on a real append result."""
-    from minibroker.records import AppendConfig, validate_and_assign
+    import asyncio
+    from types import SimpleNamespace
 
+    from minibroker.records import AppendConfig, build_records, validate_and_assign
+    from minibroker.tools.live_view import AppendFeed
+
+    value = b"v" * RECORD_SIZE
+    batch = bytes(build_records(2, [(i, int(time.time() * 1000), None, value) for i in range(PER_BATCH)]))
     result = validate_and_assign(bytearray(batch), next_offset=0, now_ms=int(time.time() * 1000),
                                  config=AppendConfig(), produce_version=9)
-    sub = feed.subscribe()
-    try:
+
+    async def cost() -> float:  # on a loop: the subscriber's asyncio.Event belongs to one
+        feed = AppendFeed(SimpleNamespace(append_feed=None))
+        sub = feed.subscribe()
         t0 = time.thread_time()
         for _ in range(n):
             feed.publish("ui-append", 0, result, 9, len(batch))
-        return (time.thread_time() - t0) / n * 1e6
-    finally:
+        elapsed = time.thread_time() - t0
         feed.unsubscribe(sub)
+        return elapsed / n * 1e6
+
+    return asyncio.run(cost())
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_rounds"]:  # one interpreter's in-process rounds (``append_path``)
+        print(json.dumps(append_path_rounds(2, int(argv[1]))))
+        return 0
+    if argv[:1] == ["_reader"]:
+        _reader(int(argv[1]), int(argv[2]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default_base = "/work/main" if os.path.isdir("/work/main/minibroker") else None
-    ap.add_argument("--baseline-tree", default=default_base,
-                    help="a checkout without the live view (default /work/main when present)")
+    ap.add_argument("--baseline-tree", help="a checkout without the live view: the `absent` variant")
+    ap.add_argument("--before-tree", help="an earlier version of the feed: `closed@before`, `open@before` "
+                                          "and its in-process figures, in the same run")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--frames", type=int, default=20000)
     ap.add_argument("--out")
     ap.add_argument("--appends", type=int, default=20000, help="appends per round of the in-process measure")
     opts = ap.parse_args(argv)
-    in_process = append_path(opts.reps, opts.appends)
-    print("append path, in process:", json.dumps(in_process), flush=True)
+    load_at_start = os.getloadavg()  # 1, 5, 15 minutes: how quiet the machine was
+    in_process = {"this tree": append_path(opts.reps, opts.appends)}
+    print("append path, in process, this tree:", json.dumps(in_process["this tree"]), flush=True)
+    if opts.before_tree:
+        in_process["before"] = append_path(opts.reps, opts.appends, opts.before_tree)
+        print("append path, in process, before:", json.dumps(in_process["before"]), flush=True)
     frames = bench.produce_frames("ui-bench", 1, RECORD_SIZE, PER_BATCH, Compression.NONE)
     variants = {}
     if opts.baseline_tree:
@@ -187,13 +261,16 @@ def main(argv=None) -> int:
     variants["off"] = (ROOT, {}, False)
     variants["closed"] = (ROOT, {"ui.enable": "true"}, False)
     variants["open"] = (ROOT, {"ui.enable": "true"}, True)
+    if opts.before_tree:
+        variants["closed@before"] = (opts.before_tree, {"ui.enable": "true"}, False)
+        variants["open@before"] = (opts.before_tree, {"ui.enable": "true"}, True)
     runs: dict[str, list[dict]] = {k: [] for k in variants}
     for rep in range(opts.reps):
         for name, (tree, overrides, subscribe) in variants.items():
             port_overrides = {**overrides, "metrics.port": str(bench.free_port())}
             result = measure(tree, port_overrides, frames, opts.frames, subscribe)
             runs[name].append(result)
-            print(f"round {rep + 1} {name:7s} {result['MBps']:7.2f} MB/s  "
+            print(f"round {rep + 1} {name:13s} {result['MBps']:7.2f} MB/s  "
                   f"{result['cpu_s_per_million_records']:6.2f} s CPU/M records"
                   + (f"  feed events {result['feed_events']}/{opts.frames}" if subscribe else ""), flush=True)
     base = "absent" if "absent" in runs else "off"
@@ -204,11 +281,13 @@ def main(argv=None) -> int:
             "MBps_median": mbps, "MBps_all": [round(r["MBps"], 2) for r in rs],
             "cpu_s_per_million_records": statistics.median(r["cpu_s_per_million_records"] for r in rs),
             "ratio_to_" + base: mbps / statistics.median(r["MBps"] for r in runs[base]),
-            "feed_events": [r["feed_events"] for r in rs] if name == "open" else None,
+            "feed_events": [r["feed_events"] for r in rs] if variants[name][2] else None,
         }
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "frames": opts.frames,
            "reps": opts.reps, "batch": f"{PER_BATCH} x {RECORD_SIZE} B", "baseline": base,
-           "baseline_tree": opts.baseline_tree, "results": summary, "append_path_in_process": in_process}
+           "baseline_tree": opts.baseline_tree, "before_tree": opts.before_tree,
+           "load_average": {"start": load_at_start, "end": os.getloadavg()}, "results": summary,
+           "append_path_in_process": in_process}
     bench.print_report(out, opts.out)
     return 0
 

@@ -205,7 +205,7 @@ def test_page_starts_a_new_feed_when_the_browser_gives_the_old_one_up(minibroker
         refused.append(route.request.url)
         route.fulfill(status=503, body="stopping")
 
-    tab.page.route("**/ui/feed", refuse)
+    tab.page.route("**/ui/feed*", refuse)  # the page asks ?rows=N
     runner.restart()  # the open feed drops; every new one is refused
     tab.page.locator('#status[data-state="reconnecting"]').wait_for(timeout=15_000)
     # Refused twice: the browser's own retry (the answer closes the EventSource), then the page's new one
@@ -215,7 +215,7 @@ def test_page_starts_a_new_feed_when_the_browser_gives_the_old_one_up(minibroker
         tab.page.wait_for_timeout(100)
         waited += 100
     assert len(refused) >= 2, f"feed requests after the restart: {refused}"
-    tab.page.unroute("**/ui/feed", refuse)
+    tab.page.unroute("**/ui/feed*", refuse)
     tab.page.locator('#status[data-state="live"]').wait_for(timeout=15_000)
     p = KafkaProducer(bootstrap_servers=runner.bootstrap_servers, linger_ms=0)
     try:
