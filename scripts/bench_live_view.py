@@ -1,7 +1,7 @@
 """What the live view's append feed costs produce (issue 33; a script, not a test).
 
 Usage: ``python scripts/bench_live_view.py [--baseline-tree DIR] [--before-tree DIR] [--reps 5]
-[--frames 20000] [--appends 20000] [--out FILE.json]``
+[--frames 20000] [--appends 4000] [--pairs 8] [--out FILE.json]``
 
 Raw Produce frames (scripts/bench.py's generator in its own process: pre-built frames, 5 in flight, one
 connection) of small batches, where a per-append cost shows most: 10 records of 100 B a batch, each
@@ -22,8 +22,9 @@ Prints, and writes with ``--out``, each variant's median MB/s and broker CPU per
 ratios to ``absent`` (else to ``off``) of the same run. Goals: ``closed`` ~1.0, ``open`` >= 0.95. On a
 busy machine the throughput swings more than that between rounds of one variant; the broker's CPU per
 record (process CPU time) is the steadier figure. First, in-process (``append_path``): the loop thread's
-CPU per append with no page and with one, the page's writer task (rows, JSON, socket) included, for
-this tree and for ``--before-tree``.
+CPU per append with no page and with one, the page's writer task (rows, JSON, socket) included, in
+``--reps`` interpreters of ``--pairs`` pairs of rounds of ``--appends`` appends, for this tree and for
+``--before-tree``.
 """
 
 from __future__ import annotations
@@ -108,14 +109,16 @@ def measure(tree: str, overrides: dict[str, str], frames: list[bytes], count: in
             "cpu_s_per_million_records": cpu / (count * PER_BATCH) * 1e6, "feed_events": received}
 
 
-def append_path_rounds(reps: int, appends: int) -> dict:
+def append_path_rounds(pairs: int, appends: int) -> dict:
     """The append path in this interpreter (the minibroker on ``PYTHONPATH``): ``ReplicaManager.
     append_records`` of one 10-record batch, ``appends`` times on the broker's loop, which runs its other
-    tasks every 5 appends (as with 5 requests in flight), with no page and with one, in turn (ABBA: the
-    log grows round after round). The page is a child process reading ``/ui/feed`` (its default window),
-    so the loop thread runs what a page costs the broker: publishing each append and the page's writer
-    task (rows, JSON, socket writes). Returns the loop thread's CPU microseconds per append of each
-    round; a round ends once the feed has accounted for every append."""
+    tasks every 5 appends (as with 5 requests in flight). One page is open throughout (a child process
+    reading ``/ui/feed`` with its default window), and the rounds alternate, ABBA, between the feed
+    installed (``open``: publishing each append, and the page's writer task making rows and JSON and
+    writing them, all on the loop thread) and not (``closed``: ``broker.append_feed`` None, as with no
+    page). Short rounds side by side see the same machine: on this VM the CPU time of one round swings
+    by tens of percent from one second to the next. Each round ends 0.4 s after its last append, the
+    page's last write included. Returns the loop thread's CPU microseconds per append of each round."""
     import asyncio
     import subprocess
 
@@ -125,44 +128,49 @@ def append_path_rounds(reps: int, appends: int) -> dict:
     value = b"v" * RECORD_SIZE
     batch = bytes(build_records(2, [(i, int(time.time() * 1000), None, value) for i in range(PER_BATCH)]))
     runner = BrokerRunner({"ui.enable": "true", "metrics.port": "0"}, log_level="WARNING").start()
+    reader = None
     try:
         runner.create_topic("ui-append")
         broker = runner.broker
         port = int(runner.metrics_url.rsplit(":", 1)[1])
 
-        async def run(n: int) -> float:
+        async def run(n: int, feed) -> float:
+            broker.append_feed = feed
             replicas = broker.replicas
-            t0 = time.thread_time()  # the loop thread's CPU: other processes' load counts far less
-            for i in range(n):
+            t0 = 0.0
+            for i in range(n + n // 4):  # the first quarter-round unmeasured: the CPU out of the idle wait
+                if i == n // 4:
+                    t0 = time.thread_time()  # the loop thread's CPU: other processes' load counts far less
                 replicas.append_records("ui-append", 0, bytearray(batch), 9)
                 if i % 5 == 4:
                     await asyncio.sleep(0)
             await asyncio.sleep(0.4)  # the page's last write (a busy feed gathers 0.25 s)
             return (time.thread_time() - t0) / n * 1e6
 
-        def timed(n: int) -> float:
-            return asyncio.run_coroutine_threadsafe(run(n), runner._loop).result(300)
+        def timed(n: int, feed) -> float:
+            return asyncio.run_coroutine_threadsafe(run(n, feed), runner._loop).result(300)
 
-        timed(appends // 10)  # warm
+        timed(appends, None)  # warm
+        published = pairs * (appends + appends // 4)  # what the open rounds append, their warm-up included
+        reader = subprocess.Popen([sys.executable, os.path.abspath(__file__), "_reader", str(port),
+                                   str(published)], stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while broker.append_feed is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        publish = broker.append_feed
+        if publish is None:
+            raise RuntimeError("the page did not subscribe")
         closed, open_ = [], []
-        for rep in range(reps):
-            for subscribed in ((False, True) if rep % 2 == 0 else (True, False)):
-                if not subscribed:
-                    closed.append(timed(appends))
-                    continue
-                reader = subprocess.Popen([sys.executable, os.path.abspath(__file__), "_reader", str(port),
-                                           str(appends)], stdout=subprocess.PIPE, text=True)
-                deadline = time.monotonic() + 10
-                while broker.append_feed is None and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                open_.append(timed(appends))
-                accounted = int(reader.communicate(timeout=30)[0].split()[-1])
-                if accounted != appends:
-                    raise RuntimeError(f"the feed accounted for {accounted} appends of {appends}")
-                deadline = time.monotonic() + 10
-                while broker.append_feed is not None and time.monotonic() < deadline:
-                    time.sleep(0.01)
+        for pair in range(pairs):
+            for subscribed in ((False, True) if pair % 2 == 0 else (True, False)):
+                (open_ if subscribed else closed).append(timed(appends, publish if subscribed else None))
+        broker.append_feed = publish
+        accounted = int(reader.communicate(timeout=30)[0].split()[-1])
+        if accounted != published:
+            raise RuntimeError(f"the feed accounted for {accounted} appends of {published}")
     finally:
+        if reader is not None and reader.poll() is None:
+            reader.kill()
         runner.stop()
         runner.cleanup()
     return {"no_page": closed, "one_page": open_}
@@ -178,26 +186,27 @@ def _reader(port: int, count: int) -> None:
     print(sub.accounted)
 
 
-def append_path(reps: int, appends: int, tree: str | None = None) -> dict:
-    """``append_path_rounds`` in fresh interpreters, ``tree``'s code (else this tree's), two pairs of
-    rounds in each of ``reps`` of them; plus, for this tree, ``AppendFeed.publish`` alone. Medians of the
-    rounds, and the median of each interpreter's ratio one page / no page."""
+def append_path(reps: int, appends: int, tree: str | None = None, pairs: int = 8) -> dict:
+    """``append_path_rounds`` in ``reps`` fresh interpreters, ``tree``'s code (else this tree's), ``pairs``
+    pairs of rounds each; plus, for this tree, ``AppendFeed.publish`` alone. Medians of all rounds, and
+    the median of the ratios one page / no page of the rounds side by side (round ``2k`` and ``2k+1``)."""
     import subprocess
 
     closed, open_, ratios = [], [], []
     for _ in range(reps):
         env = {**os.environ, "PYTHONPATH": tree or ROOT}
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "_rounds", str(appends)],
-                             capture_output=True, text=True, check=True, timeout=600, env=env)
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "_rounds", str(pairs), str(appends)],
+                             capture_output=True, text=True, check=True, timeout=900, env=env)
         rounds = json.loads(out.stdout.strip().splitlines()[-1])
         closed += rounds["no_page"]
         open_ += rounds["one_page"]
-        ratios.append(statistics.median(rounds["one_page"]) / statistics.median(rounds["no_page"]))
-    result = {"tree": tree or ROOT,
+        ratios += [o / c for o, c in zip(rounds["one_page"], rounds["no_page"], strict=True)]
+    result = {"tree": tree or ROOT, "rounds_per_case": len(closed), "appends_per_round": appends,
               "us_per_append_no_page": statistics.median(closed),
               "us_per_append_one_page": statistics.median(open_),
               "ratio_one_page_to_no_page": statistics.median(open_) / statistics.median(closed),
               "median_paired_ratio": statistics.median(ratios),
+              "fastest_no_page": min(closed), "fastest_one_page": min(open_),
               "rounds_no_page": [round(x, 2) for x in closed],
               "rounds_one_page": [round(x, 2) for x in open_]}
     if tree is None:
@@ -234,7 +243,7 @@ def _publish_cost(n: int) -> float:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_rounds"]:  # one interpreter's in-process rounds (``append_path``)
-        print(json.dumps(append_path_rounds(2, int(argv[1]))))
+        print(json.dumps(append_path_rounds(int(argv[1]), int(argv[2]))))
         return 0
     if argv[:1] == ["_reader"]:
         _reader(int(argv[1]), int(argv[2]))
@@ -246,13 +255,14 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--frames", type=int, default=20000)
     ap.add_argument("--out")
-    ap.add_argument("--appends", type=int, default=20000, help="appends per round of the in-process measure")
+    ap.add_argument("--appends", type=int, default=4000, help="appends per round of the in-process measure")
+    ap.add_argument("--pairs", type=int, default=8, help="pairs of rounds per interpreter, in-process")
     opts = ap.parse_args(argv)
     load_at_start = os.getloadavg()  # 1, 5, 15 minutes: how quiet the machine was
-    in_process = {"this tree": append_path(opts.reps, opts.appends)}
+    in_process = {"this tree": append_path(opts.reps, opts.appends, pairs=opts.pairs)}
     print("append path, in process, this tree:", json.dumps(in_process["this tree"]), flush=True)
     if opts.before_tree:
-        in_process["before"] = append_path(opts.reps, opts.appends, opts.before_tree)
+        in_process["before"] = append_path(opts.reps, opts.appends, opts.before_tree, opts.pairs)
         print("append path, in process, before:", json.dumps(in_process["before"]), flush=True)
     frames = bench.produce_frames("ui-bench", 1, RECORD_SIZE, PER_BATCH, Compression.NONE)
     variants = {}
