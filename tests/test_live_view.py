@@ -21,7 +21,8 @@ from waiting import wait_until
 from minibroker.tools.live_view import (
     CODEC_NAMES,
     FEED_FIELDS,
-    FEED_QUEUE,
+    FEED_WINDOW,
+    FEED_WINDOW_MAX,
     GROUP_EVENT_GROUPS,
     GROUP_EVENTS,
     AppendFeed,
@@ -427,7 +428,7 @@ def test_feed_pushes_each_append_with_what_the_producer_got_back(ui_broker):
     try:
         assert b"200 OK" in feed.head and b"text/event-stream" in feed.head
         name, feed.hello = feed.next_event()
-        assert name == "hello" and feed.hello["queue"] == FEED_QUEUE
+        assert name == "hello" and feed.hello["window"] == FEED_WINDOW
         assert (tuple(feed.hello["fields"]), tuple(feed.hello["codecs"])) == (FEED_FIELDS, CODEC_NAMES)
         # lingering: the three records go in one batch
         p = producer(ui_broker, compression_type="gzip", enable_idempotence=True, linger_ms=500)
@@ -486,12 +487,79 @@ def test_feed_shows_a_transaction_and_its_commit_marker(ui_broker):
         feed.close()
 
 
-def test_subscriber_queue_is_bounded_and_drops_the_oldest():
-    sub = FeedSubscriber(None)
-    for i in range(FEED_QUEUE + 25):
-        sub.offer((i,))
-    assert len(sub.events) == FEED_QUEUE and sub.dropped == 25
-    assert sub.events[0] == (25,) and sub.events[-1] == (FEED_QUEUE + 24,)
+def burst(runner, topic: str, count: int) -> list[int]:
+    """``count`` appends of one 3-record batch each, in one step of the broker's loop (so all of them
+    land between two writes of any feed); returns the first offset each append got."""
+    import asyncio
+
+    from minibroker.records import build_records
+
+    batch = bytes(build_records(2, [(i, 0, None, b"burst") for i in range(3)]))
+
+    async def append_all():
+        return [runner.broker.replicas.append_records(topic, 0, bytearray(batch), 9).base_offset
+                for _ in range(count)]
+
+    return asyncio.run_coroutine_threadsafe(append_all(), runner._loop).result(10)
+
+
+def test_a_burst_larger_than_the_window_sends_the_newest_rows_and_how_many_were_skipped(ui_broker):
+    """The broker keeps a page's window of appends between two writes: 11 appends at once to a feed
+    of ``rows=4`` give a ``skipped`` count of 7 and the rows of the newest 4; a burst within the
+    window afterwards comes whole."""
+    ui_broker.create_topic("lv-burst")
+    feed = FeedReader(ui_broker.ui_url, "?rows=4")
+    try:
+        name, hello = feed.next_event()
+        assert (name, hello["window"]) == ("hello", 4)
+        offsets = burst(ui_broker, "lv-burst", 11)
+        assert feed.next_event() == ("skipped", "7")
+        name, rows = feed.next_event()
+        assert name == "appends"
+        rows = [dict(zip(hello["fields"], values, strict=True)) for values in rows]
+        assert [r["first_offset"] for r in rows] == offsets[-4:]
+        assert [r["last_offset"] - r["first_offset"] + 1 for r in rows] == [3] * 4
+        assert [r["seq"] for r in rows] == [8, 9, 10, 11]  # numbered from the page's first append
+        offsets = burst(ui_broker, "lv-burst", 3)
+        name, rows = feed.next_event()  # no skipped event: the three fit
+        assert name == "appends"
+        assert [values[hello["fields"].index("first_offset")] for values in rows] == offsets
+    finally:
+        feed.close()
+
+
+def test_feed_window_is_asked_with_rows_and_bounded(ui_broker):
+    status, body = get(ui_broker.ui_url + "/feed?rows=many")
+    assert status == 400 and "rows" in body
+    for asked, window in (("0", 1), ("7", 7), (str(FEED_WINDOW_MAX + 1), FEED_WINDOW_MAX)):
+        feed = FeedReader(ui_broker.ui_url, "?rows=" + asked)
+        try:
+            name, hello = feed.next_event()
+            assert (name, hello["window"]) == ("hello", window)
+        finally:
+            feed.close()
+
+
+def test_subscriber_ring_keeps_the_newest_and_counts_the_rest():
+    sub = FeedSubscriber(None, window=5)
+    for i in range(12):
+        sub.rows.append((i,))
+        sub.appended += 1
+    skipped, taken = sub.take()
+    assert skipped == 7 and taken == [(8, (7,)), (9, (8,)), (10, (9,)), (11, (10,)), (12, (11,))]
+    assert sub.take() == (0, [])
+    sub.rows.append((12,))
+    sub.appended += 1
+    assert sub.take() == (0, [(13, (12,))])
+
+
+def append_result(first_offset: int):
+    """A real ``AppendResult`` of one 2-record batch at ``first_offset``."""
+    from minibroker.records import AppendConfig, build_records, validate_and_assign
+
+    batch = bytearray(build_records(2, [(i, 0, None, b"r") for i in range(2)]))
+    return validate_and_assign(batch, next_offset=first_offset, now_ms=0, config=AppendConfig(),
+                               produce_version=9)
 
 
 class CollectingWriter:
@@ -511,10 +579,10 @@ class CollectingWriter:
         pass
 
 
-async def test_a_feed_whose_rows_are_all_hidden_still_says_how_many_were_dropped():
+async def test_a_feed_whose_rows_are_all_hidden_still_says_how_many_were_skipped():
     """With an authorizer a viewer's rows are filtered at write time; when none is left but some were
-    dropped (a slow page), the feed sends the ``dropped`` event alone (``rows[-1]`` of no rows raised,
-    and the handler wrote an HTTP 500 into the open stream)."""
+    skipped (more than the window), the feed sends the ``skipped`` event alone (``rows[-1]`` of no
+    rows raised once, and the handler wrote an HTTP 500 into the open stream)."""
     import asyncio
 
     from minibroker.tools.live_view import LiveView
@@ -523,7 +591,7 @@ async def test_a_feed_whose_rows_are_all_hidden_still_says_how_many_were_dropped
     view = SimpleNamespace(broker=broker, feed=AppendFeed(broker))
     reader, writer = asyncio.StreamReader(), CollectingWriter()
     visible = SimpleNamespace(topic=lambda name: name != "lv-hidden")
-    task = asyncio.create_task(LiveView._feed(view, reader, writer, None, visible))
+    task = asyncio.create_task(LiveView._feed(view, reader, writer, None, visible, 2))
 
     async def written(what: bytes) -> None:
         """Until ``what`` was written or the feed ended."""
@@ -537,17 +605,19 @@ async def test_a_feed_whose_rows_are_all_hidden_still_says_how_many_were_dropped
 
     try:
         await asyncio.wait_for(written(b"event: hello"), 10)
-        (sub,) = view.feed.subscribers
-        sub.dropped = 7  # what the bounded queue let go; what is left is not this viewer's
-        sub.offer((1, 0.0, "lv-hidden"))
-        await asyncio.wait_for(written(b"event: dropped"), 10)
+        for offset in range(3):  # one more than the window, none of them this viewer's
+            view.feed.publish("lv-hidden", 0, append_result(offset), 9, 80)
+        await asyncio.wait_for(written(b"event: skipped"), 10)
         assert not task.done(), task.exception()
-        sub.offer((2, 0.0, "lv-shown"))
+        view.feed.publish("lv-shown", 0, append_result(10), 9, 80)
         await asyncio.wait_for(written(b"event: appends"), 10)
         events = writer.data.split(b"\n\n")
-        assert b"event: dropped\ndata: 7" in events
-        assert [e for e in events if e.startswith(b"event: appends")] == [
-            b'event: appends\nid: 2\ndata: [[2,0.0,"lv-shown"]]']
+        assert b"event: skipped\ndata: 1" in events
+        (appends,) = [e for e in events if e.startswith(b"event: appends")]
+        head, _, data = appends.partition(b"data: ")
+        assert head == b"event: appends\nid: 4\n"
+        (row,) = json.loads(data)
+        assert (row[2], row[4], row[5], row[6]) == ("lv-shown", 10, 11, 2)  # topic, offsets, records
     finally:
         reader.feed_eof()  # the page went away
         await asyncio.wait_for(task, 10)
@@ -560,7 +630,7 @@ def test_publish_never_raises_into_the_append_path(caplog):
     sub = feed.subscribe()
     assert broker.append_feed == feed.publish
     feed.publish("t", 0, object(), 9, 10)  # not an AppendResult: logged, not raised
-    assert not sub.events and "could not be published" in caplog.text
+    assert not sub.rows and not sub.appended and "could not be published" in caplog.text
     feed.unsubscribe(sub)
     assert broker.append_feed is None
 

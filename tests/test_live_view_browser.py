@@ -146,6 +146,24 @@ def test_feed_lag_and_transactions_as_clients_work(minibroker_factory, page, tmp
         p.close(5)
 
 
+def test_a_burst_over_the_window_shows_the_newest_rows_and_the_skipped_count(minibroker_factory, page):
+    """25 appends in one step of the broker's loop, to a page keeping 10 rows: the broker sends the
+    newest 10 and says it skipped 15; the page shows both."""
+    from test_live_view import burst
+
+    runner = minibroker_factory({"ui.enable": "true", "metrics.port": "0"})
+    runner.create_topic("ui-burst")
+    tab = page(runner.ui_url + "?rows=10")
+    offsets = burst(runner, "ui-burst", 25)
+    newest = tab.page.locator("tr.feed-row" + row_selector(topic="ui-burst", first_offset=offsets[-1]))
+    newest.wait_for(timeout=ROW_WAIT_MS)
+    tab.page.wait_for_function("() => document.getElementById('feed-counts').textContent"
+                               ".includes('15 skipped by the broker')", timeout=5000)
+    shown = [int(tr.get_attribute("data-first-offset")) for tr in tab.page.locator("tr.feed-row").all()]
+    assert shown == offsets[-10:][::-1]  # newest first
+    assert tab.problems() == []
+
+
 def test_page_reconnects_after_a_broker_restart(minibroker_factory, page):
     from kafka import KafkaProducer
 
@@ -205,7 +223,7 @@ def test_page_starts_a_new_feed_when_the_browser_gives_the_old_one_up(minibroker
         refused.append(route.request.url)
         route.fulfill(status=503, body="stopping")
 
-    tab.page.route("**/ui/feed", refuse)
+    tab.page.route("**/ui/feed*", refuse)  # the page asks ?rows=N
     runner.restart()  # the open feed drops; every new one is refused
     tab.page.locator('#status[data-state="reconnecting"]').wait_for(timeout=15_000)
     # Refused twice: the browser's own retry (the answer closes the EventSource), then the page's new one
@@ -215,7 +233,7 @@ def test_page_starts_a_new_feed_when_the_browser_gives_the_old_one_up(minibroker
         tab.page.wait_for_timeout(100)
         waited += 100
     assert len(refused) >= 2, f"feed requests after the restart: {refused}"
-    tab.page.unroute("**/ui/feed", refuse)
+    tab.page.unroute("**/ui/feed*", refuse)
     tab.page.locator('#status[data-state="live"]').wait_for(timeout=15_000)
     p = KafkaProducer(bootstrap_servers=runner.bootstrap_servers, linger_ms=0)
     try:

@@ -12,19 +12,22 @@ and these routes, all GET, all read-only:
   state and delivery count), open transactions, connected clients, the groups' recent events (joins,
   syncs, heartbeats with their epochs, leaves, rebalances: ``GroupEventRing``). A coordinator that
   is not built yet is shown as absent: the view never builds one;
-- ``/ui/feed[?topic=T]``: the appends as Server-Sent Events: ``hello`` (the broker's start time, the
-  row fields ``FEED_FIELDS`` and ``CODEC_NAMES``), then ``appends``, a JSON array of rows (one per
-  append, gathered for ``FEED_FLUSH_S``), ``dropped`` when this subscriber fell more than
-  ``FEED_QUEUE`` appends behind (the oldest were dropped: the broker never waits for a page), a
-  comment every ``FEED_KEEPALIVE_S`` while idle;
+- ``/ui/feed[?topic=T][&rows=N]``: the appends as Server-Sent Events: ``hello`` (the broker's start
+  time, the row fields ``FEED_FIELDS``, ``CODEC_NAMES``, the window), then, while appends come, one
+  write every ``FEED_FLUSH_S`` (``FEED_BUSY_FLUSH_S`` after a write that skipped some): ``appends``, a
+  JSON array of rows (one per append) holding the newest ``N`` appends at most (``FEED_WINDOW``
+  without ``rows``: the page asks for its own window), and before it ``skipped``, how many appends
+  since the last write are not in it (more came than the window holds: the broker encodes no more
+  than a page shows, and never waits for a page); a comment every ``FEED_KEEPALIVE_S`` while idle;
 - ``/ui/explain/p/<topic>-<partition>/...``: ``minibroker explain``'s page for that partition, served
   by explain's own routes (``ExplainRoutes``): segments, index entries, the binary search of a fetch,
   the byte map of a batch (the feed opens it at the batch's offset), cleaned or dirty segments.
 
 The feed costs the append path one attribute check while no page listens: ``broker.append_feed`` is
 None until the first subscriber and again after the last (``AppendFeed``). With subscribers, an
-append copies a few numbers into each subscriber's bounded queue; the text is made by the
-subscriber's own task.
+append puts a tuple of references (numbers, the result's own lists of batch facts) into each
+subscriber's ring of ``window`` appends; rows and text are made by the subscriber's own task, for the
+appends still in the ring when it writes.
 
 Refused (403 with the reason, and logged at start) on a metrics port bound to a non-loopback address
 unless ``ui.allow.remote`` is true. With an authorizer, every request needs HTTP basic auth with a SASL
@@ -47,15 +50,19 @@ from urllib.parse import parse_qs, unquote, urlsplit
 log = logging.getLogger("minibroker.ui")
 
 UI_PREFIX = "/ui"
-FEED_QUEUE = 1000  # events one subscriber may fall behind before the oldest are dropped
+FEED_WINDOW = 200  # rows a feed keeps between two writes unless it asks (?rows=): the page's default
+FEED_WINDOW_MAX = 5000  # the most a feed may ask for (the page's largest window)
 FEED_KEEPALIVE_S = 10.0  # an idle feed sends a comment this often (finds closed pages)
 FEED_RETRY_MS = 1000  # the browser's reconnection delay (EventSource ``retry``)
 FEED_FLUSH_S = 0.05  # appends are written to a page at most this often: one write for many
+FEED_BUSY_FLUSH_S = 0.25  # after a write that skipped appends, the next waits this long: a page under load
+# shows its newest window four times a second, and the broker encodes at most 4 x window rows a second
 GROUP_EVENTS = 200  # group events (joins, syncs, heartbeats, ...) kept per group for the timeline
 GROUP_EVENT_GROUPS = 1000  # groups with a timeline; the one idle longest is forgotten past this
 AUTH_CACHE_S = 60.0  # a verified basic-auth password is trusted this long without checking it again
 SHARE_RUNS_SHOWN = 200  # in-flight runs of records listed per share partition
 _PAGE = "live_view.html"
+_now = time.time  # one global lookup per append, not two
 _OPEN_TXN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 
 
@@ -88,21 +95,30 @@ def _is_loopback(host: str) -> bool:
 
 
 class FeedSubscriber:
-    """One open feed: a bounded queue of appends (the oldest dropped when full) and the event that
-    wakes its writer. Filled on the event loop by ``AppendFeed.publish``, emptied by ``LiveView._feed``."""
+    """One open feed: the newest appends for its page, at most ``window`` of them (a ring: an append
+    pushes the oldest out), and how many appends it was offered in all (``appended``) and accounted for
+    up to its last write (``sent``: shown or counted as skipped). Filled on the event loop by
+    ``AppendFeed.publish``, emptied by ``LiveView._feed``."""
 
-    def __init__(self, topic: str | None):
+    def __init__(self, topic: str | None, window: int = 0):
         self.topic = topic
-        self.events: collections.deque = collections.deque()
-        self.dropped = 0
+        self.window = window or FEED_WINDOW
+        self.rows: collections.deque = collections.deque(maxlen=self.window)
+        self.appended = 0
+        self.sent = 0
+        self.idle = False  # its writer waits for an append: the next one sets ``wake``
         self.wake = asyncio.Event()
 
-    def offer(self, event: tuple) -> None:
-        if len(self.events) >= FEED_QUEUE:
-            self.events.popleft()
-            self.dropped += 1
-        self.events.append(event)
-        self.wake.set()
+    def take(self) -> tuple[int, list]:
+        """The rows gathered since the last call, oldest first, as ``(seq, append)`` pairs (``seq``: the
+        append's number in this feed, from 1), and how many appends since then are not among them."""
+        rows, appended = self.rows, self.appended
+        first_seq = appended - len(rows) + 1
+        taken = list(enumerate(rows, first_seq))
+        rows.clear()
+        skipped = appended - self.sent - len(taken)
+        self.sent = appended
+        return skipped, taken
 
 
 class AppendFeed:
@@ -112,46 +128,57 @@ class AppendFeed:
 
     def __init__(self, broker):
         self.broker = broker
-        self.subscribers: set[FeedSubscriber] = set()
-        self.published = 0
+        self.subscribers: tuple[FeedSubscriber, ...] = ()  # a tuple: iterated on every append
 
-    def subscribe(self, topic: str | None = None) -> FeedSubscriber:
-        sub = FeedSubscriber(topic)
-        self.subscribers.add(sub)
+    def subscribe(self, topic: str | None = None, window: int = 0) -> FeedSubscriber:
+        sub = FeedSubscriber(topic, window)
+        self.subscribers += (sub,)
         self.broker.append_feed = self.publish
         return sub
 
     def unsubscribe(self, sub: FeedSubscriber) -> None:
-        self.subscribers.discard(sub)
+        self.subscribers = tuple(s for s in self.subscribers if s is not sub)
         if not self.subscribers:
             self.broker.append_feed = None
 
     def publish(self, topic: str, partition: int, result, produce_version: int, sent_len: int) -> None:
-        """An append (``AppendResult``) as a tuple of numbers: ``result.data`` may be a view of a
-        request buffer, so nothing of the result is kept. Never raises into the append path."""
+        """An append (``AppendResult``), kept as the few values its row is made of later, by the page's
+        writer (``feed_row``). ``result.data`` may be a view of a request buffer, so it is never kept;
+        ``result.entries`` and ``result.batches`` are the result's own lists of numbers (NamedTuples).
+        Never raises into the append path."""
         try:
-            batch = result.batches[0] if result.batches else None
-            entries = result.entries
-            event = (
-                self.published, time.time(), topic, partition, result.first_offset, result.last_offset,
-                result.record_count, entries[0].magic if entries else -1, len(entries),
-                result.source_compression, result.target_compression, result.path,  # JSON: int, int, str
-                sent_len, len(result.data), produce_version,
-                batch.producer_id if batch else -1, batch.producer_epoch if batch else -1,
-                batch.base_sequence if batch else -1, bool(batch and batch.is_transactional),
-                bool(batch and batch.is_control),
-            )
-            self.published += 1
+            append = (_now(), topic, partition, result.first_offset, result.last_offset, result.record_count,
+                      result.entries, result.source_compression, result.target_compression, result.path,
+                      sent_len, len(result.data), produce_version, result.batches)
             for sub in self.subscribers:
                 if sub.topic is None or sub.topic == topic:
-                    sub.offer(event)
+                    sub.rows.append(append)  # a full ring drops its oldest: counted at the write
+                    sub.appended += 1
+                    if sub.idle:
+                        sub.idle = False
+                        sub.wake.set()
         except Exception:  # noqa: BLE001 - a view must not fail an append
             log.exception("live view: an append could not be published")
 
 
+
+def feed_row(seq: int, append: tuple) -> tuple:
+    """A row of ``FEED_FIELDS`` from what ``AppendFeed.publish`` kept of an append."""
+    (at, topic, partition, first, last, records, entries, sent_codec, codec, path,
+     sent_len, stored_len, produce_version, batches) = append
+    batch = batches[0] if batches else None
+    return (seq, int(at * 1000), topic, partition, first, last, records,
+            entries[0].magic if entries else -1, len(entries),
+            sent_codec, codec, path,  # JSON: int, int, str
+            sent_len, stored_len, produce_version,
+            batch.producer_id if batch else -1, batch.producer_epoch if batch else -1,
+            batch.base_sequence if batch else -1, bool(batch and batch.is_transactional),
+            bool(batch and batch.is_control))
+
+
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")  # the codec numbers of a feed row, by name
-FEED_FIELDS = (  # a feed row's values, in order (``AppendFeed.publish``); ``time`` in seconds
-    "seq", "time", "topic", "partition", "first_offset", "last_offset", "records", "magic", "entries",
+FEED_FIELDS = (  # a feed row's values, in order (``feed_row``); an int prints faster than a float
+    "seq", "time_ms", "topic", "partition", "first_offset", "last_offset", "records", "magic", "entries",
     "sent_codec", "codec", "path", "sent_bytes", "stored_bytes", "produce_version",
     "producer_id", "producer_epoch", "base_sequence", "transactional", "control",
 )
@@ -581,7 +608,12 @@ class LiveView:
             body = json.dumps(view, separators=(",", ":")).encode()
             return self._send(writer, 200, "application/json", body)
         if path == "/ui/feed":
-            await self._feed(reader, writer, query.get("topic") or None, visible)
+            rows = query.get("rows", "")
+            if rows and not rows.isdigit():
+                return self._send(writer, 400, "text/plain",
+                                  b"rows: a number of rows (1 to %d)\n" % FEED_WINDOW_MAX)
+            window = min(max(int(rows), 1), FEED_WINDOW_MAX) if rows else FEED_WINDOW
+            await self._feed(reader, writer, query.get("topic") or None, visible, window)
             return None
         if path.startswith("/ui/explain/"):
             rest = path[len("/ui/explain"):]
@@ -618,19 +650,24 @@ class LiveView:
             return 500, "text/plain; charset=utf-8", f"{type(exc).__name__}: {exc}\n".encode()
 
     async def _feed(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    topic: str | None, visible: Visibility | None = None) -> None:
-        """The SSE stream: written by this task only; the broker's appends only fill the queue."""
-        sub = self.feed.subscribe(topic)
+                    topic: str | None, visible: Visibility | None = None, window: int = 0) -> None:
+        """The SSE stream: written by this task only; the broker's appends only fill the ring. Each write
+        carries the newest ``window`` appends at most, made into rows and JSON here: a page shows no
+        more than its window, so under a high rate most appends cost the broker no encoding at all,
+        only a ``skipped`` count."""
+        sub = self.feed.subscribe(topic, window)
         closed = asyncio.ensure_future(reader.read(1))  # the page went away (or sent garbage)
         try:
-            hello = {"started_ms": int(self.broker.started_at * 1000), "topic": topic, "queue": FEED_QUEUE,
+            hello = {"started_ms": int(self.broker.started_at * 1000), "topic": topic, "window": sub.window,
                      "fields": FEED_FIELDS, "codecs": CODEC_NAMES}
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
                          b"Connection: close\r\n\r\nretry: %d\n\nevent: hello\ndata: %s\n\n"
                          % (FEED_RETRY_MS, json.dumps(hello).encode()))
             await writer.drain()
+            gather = FEED_FLUSH_S
             while not closed.done():
-                if not sub.events:
+                if sub.appended == sub.sent:
+                    sub.idle = True  # the next append wakes this task
                     sub.wake.clear()
                     woken = asyncio.ensure_future(sub.wake.wait())
                     try:
@@ -638,30 +675,31 @@ class LiveView:
                                            return_when=asyncio.FIRST_COMPLETED)
                     finally:  # also when the broker stops (this task is cancelled)
                         woken.cancel()
+                        sub.idle = False
                     if closed.done():
                         break
-                    if not sub.events:
+                    if sub.appended == sub.sent:
                         writer.write(b": idle\n\n")
                         await writer.drain()
                         continue
-                await asyncio.sleep(FEED_FLUSH_S)  # let a burst of appends gather: one write, one json call
+                await asyncio.sleep(gather)  # let a burst of appends gather: one write, one json call
                 if closed.done():
                     break
-                chunks = []
-                if sub.dropped:
-                    chunks.append(b"event: dropped\ndata: %d\n\n" % sub.dropped)
-                    sub.dropped = 0
-                rows = list(sub.events)
-                sub.events.clear()
+                skipped, taken = sub.take()
+                gather = FEED_BUSY_FLUSH_S if skipped else FEED_FLUSH_S
                 if visible is not None:  # filtered here, not on the append path
-                    rows = [row for row in rows if visible.topic(row[2])]
-                if rows:  # none left to this viewer: the dropped count, if any, goes alone
+                    taken = [(seq, append) for seq, append in taken if visible.topic(append[1])]
+                chunks = []
+                if skipped:
+                    chunks.append(b"event: skipped\ndata: %d\n\n" % skipped)
+                if taken:  # none left to this viewer: the skipped count, if any, goes alone
+                    rows = [feed_row(seq, append) for seq, append in taken]
                     chunks.append(b"event: appends\nid: %d\ndata: %s\n\n"
                                   % (rows[-1][0], json.dumps(rows, separators=(",", ":")).encode()))
                 if not chunks:
                     continue
                 writer.write(b"".join(chunks))
-                await writer.drain()  # a slow page waits here, its queue dropping: the broker never waits
+                await writer.drain()  # a slow page waits here, its ring turning over: the broker never waits
         except ConnectionError:
             pass
         finally:
