@@ -376,6 +376,11 @@ def test_share_group_records_round_trip():
 def test_confluent_share_consumer_joins_the_group(broker):
     confluent_kafka = pytest.importorskip("confluent_kafka")
     broker.create_topic("sg-client", 2)
+    with WireClient(broker.host, broker.port) as wire:  # the record produced below, whenever it lands
+        reset = Struct(name="share.auto.offset.reset", config_operation=0, value="earliest")
+        r = wire.request(44, 1, Struct(resources=[Struct(resource_type=32, resource_name="g-client",
+                                                         configs=[reset])], validate_only=False))
+        assert r.responses[0].error_code == 0, r.responses[0].error_message
     consumer = confluent_kafka.ShareConsumer({"bootstrap.servers": broker.bootstrap_servers,
                                               "group.id": "g-client", "client.id": "share-client"})
     try:
@@ -394,6 +399,12 @@ def test_confluent_share_consumer_joins_the_group(broker):
             assert [(t.topic_name, t.partitions) for t in m.assignment.topic_partitions] == \
                 [("sg-client", [0, 1])]
             assert len(m.member_id) <= 36
+        # The member is described once the broker has handled its join, maybe before the consumer has
+        # read the answer; librdkafka's close() sends no leave while its join is unanswered (the member
+        # then stays until share.session.timeout.ms, as with Kafka). A record it reads proves it has.
+        broker.produce("sg-client", [b"read"], partition=0)
+        read = poll(lambda: [m.value() for m in consumer.poll(timeout=0.2) if m.error() is None], 20)
+        assert read == [b"read"], "the share consumer read nothing"
     finally:
         consumer.close()
     with WireClient(broker.host, broker.port) as wire:
