@@ -161,7 +161,6 @@ class AppendFeed:
             log.exception("live view: an append could not be published")
 
 
-
 def feed_row(seq: int, append: tuple) -> tuple:
     """A row of ``FEED_FIELDS`` from what ``AppendFeed.publish`` kept of an append."""
     (at, topic, partition, first, last, records, entries, sent_codec, codec, path,
