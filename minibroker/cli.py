@@ -155,6 +155,7 @@ async def run_broker(config) -> None:
     # collected every 50k allocations instead of 700, which request handling reaches constantly.
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
+    gc.enable()  # paused by cmd_serve for the start
     try:
         await stop.wait()
     finally:
@@ -163,6 +164,10 @@ async def run_broker(config) -> None:
 
 
 def cmd_serve(args) -> int:
+    # Imports and the config table make objects that live as long as the process, and no garbage:
+    # the collector's 25-30 young-generation passes over them were 5-9 % of the start (docs/
+    # benchmarks.md). run_broker freezes what the start made and turns the collector back on.
+    gc.disable()
     from minibroker.config import ConfigError, load_config
 
     setup_logging(args.log_level, args.log_format)
