@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import collections.abc
 import math
-import re
 from enum import IntEnum
 from typing import Any
 
@@ -910,7 +909,8 @@ def parse_typed(type: ConfigType, raw: str) -> Any:
             return False
         raise ValueError("expected a boolean: true or false")
     if type in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
-        if not re.fullmatch(r"[+-]?[0-9]+", text):
+        digits = text[1:] if text[:1] in ("+", "-") else text
+        if not (digits.isascii() and digits.isdigit()):  # [+-]?[0-9]+, with no regex to compile at start
             raise ValueError(f"expected a whole number ({type.name.lower()})")
         value = int(text)
         low, high = {ConfigType.INT: (INT_MIN, INT_MAX), ConfigType.SHORT: (SHORT_MIN, SHORT_MAX),

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 from minibroker.errors import ErrorCode, KafkaError
+from minibroker.storage.log_manager import MAX_TOPIC_NAME_LENGTH, TOPIC_NAME_CHARS
 
-MAX_NAME_LENGTH = 249
-_LEGAL = re.compile(r"[a-zA-Z0-9._-]+\Z")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -16,10 +13,10 @@ def validate_topic_name(name: str | None) -> None:
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
     if name in (".", ".."):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_NAME_LENGTH:
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters")
-    if not _LEGAL.match(name):
+                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if name.strip(TOPIC_NAME_CHARS):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                          f"Topic name {name!r} is illegal, it contains a character other than "
                          "ASCII alphanumerics, '.', '_' and '-'")

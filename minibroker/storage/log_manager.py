@@ -32,7 +32,6 @@ import functools
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -51,7 +50,15 @@ __all__ = ["LogDirConflictError", "LogManager", "TopicInfo", "TOPICS_FILE"]
 log = logging.getLogger(__name__)
 
 TOPICS_FILE = "minibroker-topics.json"
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_TOPIC_NAME_LENGTH = 249
+# Kafka's legal topic name characters; str.strip, not a regex: nothing to compile at start-up
+TOPIC_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+
+
+def is_legal_topic_name(name: str) -> bool:
+    """1-249 of ``[a-zA-Z0-9._-]``, never ``.`` or ``..``, as Kafka's Topic.validate."""
+    return (0 < len(name) <= MAX_TOPIC_NAME_LENGTH and not name.strip(TOPIC_NAME_CHARS)
+            and name not in (".", ".."))
 _SKIPPED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
 MOVE_CRASH_AT_ENV = "MINIBROKER_MOVE_CRASH_AT"  # log_dir_move's, named here: see LogManager.__init__
 
@@ -763,7 +770,7 @@ class LogManager:
         configs: Mapping[str, Any] | None = None,
         topic_id: bytes | None = None,
     ) -> TopicInfo:
-        if not _LEGAL_TOPIC.match(name) or name in (".", ".."):
+        if not is_legal_topic_name(name):
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
         if name in self._topics:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")

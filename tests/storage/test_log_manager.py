@@ -9,10 +9,12 @@ import re
 
 import pytest
 from conftest import append_v2
+from hypothesis import given
+from hypothesis import strategies as st
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import TOPICS_FILE, LogManager
-from minibroker.storage.log_manager import LogDirConflictError
+from minibroker.storage.log_manager import LogDirConflictError, is_legal_topic_name
 
 
 @pytest.fixture
@@ -87,12 +89,23 @@ def test_a_new_log_dir_writes_no_empty_files_and_an_emptied_one_is_rewritten(dat
         assert f.read() == "0\n0\n"
 
 
+@given(st.text(alphabet=st.sampled_from("aZ09._-/\n é+"), max_size=300)
+       | st.sampled_from([".", "..", "x" * 249, "x" * 250]))
+def test_legal_topic_names_are_kafkas(name):
+    """Kafka's rule (Topic.validate): 1-249 of [a-zA-Z0-9._-], never "." or ".."."""
+    kafka = re.fullmatch(r"[a-zA-Z0-9._-]{1,249}", name) is not None and name not in (".", "..")
+    assert is_legal_topic_name(name) == kafka
+
+
 def test_topic_errors(data_dir):
     m = open_manager(data_dir)
     m.create_topic("a", 1)
     for name, partitions, code in [("a", 1, ErrorCode.TOPIC_ALREADY_EXISTS),
                                    ("bad/name", 1, ErrorCode.INVALID_TOPIC_EXCEPTION),
                                    ("..", 1, ErrorCode.INVALID_TOPIC_EXCEPTION),
+                                   ("a\n", 1, ErrorCode.INVALID_TOPIC_EXCEPTION),  # a regex's $ took it
+                                   ("x" * 250, 1, ErrorCode.INVALID_TOPIC_EXCEPTION),
+                                   ("", 1, ErrorCode.INVALID_TOPIC_EXCEPTION),
                                    ("b", 0, ErrorCode.INVALID_PARTITIONS)]:
         with pytest.raises(KafkaError) as exc:
             m.create_topic(name, partitions)
