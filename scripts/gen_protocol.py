@@ -354,8 +354,16 @@ def generate_errors(shared: str) -> str:
     rows = sorted(codes.items())
     lines = [
         HEADER,
-        "from enum import IntEnum\n\n",
-        "class ErrorCode(IntEnum):",
+        "from enum import IntEnum\n",
+        "try:  # the standard library's constructor for enums of plain members (http.HTTPStatus uses it):",
+        "    # half the import time of the metaclass path, which a broker pays at every start",
+        "    from enum import _simple_enum",
+        "except ImportError:  # a Python without it: the same enum through the metaclass",
+        "    def _simple_enum(etype):",
+        "        return lambda cls: etype(cls.__name__, {k: v for k, v in vars(cls).items() if k.isupper()},",
+        "                                 module=cls.__module__)\n\n",
+        "@_simple_enum(IntEnum)",
+        "class ErrorCode:",
         '    """Apache Kafka\'s error codes, by name and number."""\n',
     ]
     lines += [f"    {name} = {code}" for code, name in rows]

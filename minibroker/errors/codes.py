@@ -2,8 +2,17 @@
 
 from enum import IntEnum
 
+try:  # the standard library's constructor for enums of plain members (http.HTTPStatus uses it):
+    # half the import time of the metaclass path, which a broker pays at every start
+    from enum import _simple_enum
+except ImportError:  # a Python without it: the same enum through the metaclass
+    def _simple_enum(etype):
+        return lambda cls: etype(cls.__name__, {k: v for k, v in vars(cls).items() if k.isupper()},
+                                 module=cls.__module__)
 
-class ErrorCode(IntEnum):
+
+@_simple_enum(IntEnum)
+class ErrorCode:
     """Apache Kafka's error codes, by name and number."""
 
     UNKNOWN_SERVER_ERROR = -1
