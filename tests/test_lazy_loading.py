@@ -67,6 +67,7 @@ LAZY_MODULES = (
     "minibroker.storage.log_dir_move",  # partition moves (AlterReplicaLogDirs) and what they leave on disk
     "minibroker.config.principal_rules",  # ssl.principal.mapping.rules, read when set
     "minibroker.config.kafka_broker_keys",  # Kafka's broker keys minibroker does not use: read when named
+    "minibroker.config.reference",  # docs/configuration.md's generator
     "crc32c", "email", "importlib.metadata", "hashlib", "lz4", "zstandard", "snappy",
     "dataclasses",  # the log dir moves' classes are plain ones: 2 ms of start-up
 )
