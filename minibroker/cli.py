@@ -165,8 +165,8 @@ async def run_broker(config) -> None:
 
 def cmd_serve(args) -> int:
     # Imports and the config table make objects that live as long as the process, and no garbage:
-    # the collector's 25-30 young-generation passes over them were 5-9 % of the start (docs/
-    # benchmarks.md). run_broker freezes what the start made and turns the collector back on.
+    # the collector's 25-30 young-generation passes over them took 5-9 ms of the start (docs/
+    # operations.md). run_broker freezes what the start made and turns the collector back on.
     gc.disable()
     from minibroker.config import ConfigError, load_config
 

@@ -385,7 +385,7 @@ print(code, seen["during"], gc.isenabled(), gc.get_freeze_count() > 0)
 
 def test_serve_starts_with_the_collector_paused_then_freezes_what_the_start_made(tmp_path):
     """A served broker's start makes only objects that live as long as the process: the cyclic
-    collector's passes over them were 5-9 % of the start. No pass runs while the broker starts
+    collector's passes over them took 5-9 ms of the start. No pass runs while the broker starts
     (importing its modules, loading the logs, binding), and after it the collector is on again with
     the start's objects frozen."""
     out = subprocess.run([sys.executable, "-c", SERVE_GC_CHILD, str(tmp_path / "data")], capture_output=True,
