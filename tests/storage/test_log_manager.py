@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from conftest import append_v2
+from storage_helpers import append_v2
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import TOPICS_FILE, LogManager
