@@ -332,6 +332,24 @@ compose_up() {  # GLOBALS... -- UP-ARGS...
     done
 }
 
+# What a project left behind, for a step that failed: its containers, its podman events since SINCE (unix
+# seconds) and each of its volumes with what it holds.
+show_project_state() {  # PROJECT SINCE
+    local project="$1" since="$2" v mp fmt='{{.Time}} {{.Type}} {{.Status}} {{.Name}}'
+    fmt+='{{if eq .Status "died"}} exit {{.ContainerExitCode}}{{end}}'
+    log "containers of project $project:"
+    podman ps -a --filter "label=io.podman.compose.project=$project" \
+        --format '{{.ID}} {{.Names}} {{.Status}}' >&2 || true
+    log "its podman events since $(date -u -d "@$since" +%H:%M:%S) UTC:"
+    podman events --stream=false --since "$since" --format "$fmt" 2>/dev/null \
+        | grep -F -e " $project" -e "_$project" >&2 || true
+    for v in $(podman volume ls -q --filter "label=io.podman.compose.project=$project" 2>/dev/null); do
+        mp="$(podman volume inspect -f '{{.Mountpoint}}' "$v" 2>/dev/null)" || continue
+        log "volume $v ($mp):"
+        ls -ln "$mp" >&2 2>/dev/null || podman unshare ls -ln "$mp" >&2 || true
+    done
+}
+
 cmd_compose_example() {
     # podman-compose ignores `depends_on: condition: service_healthy` (and service_completed_successfully):
     # run the file's one-shot `setup` service if it has one, start the broker, poll its healthcheck
@@ -339,42 +357,71 @@ cmd_compose_example() {
     local project="${1:-minibroker-example}" file="${2:-$ROOT/compose.yaml}"
     use_conf
     local pc=(podman-compose -p "$project" -f "$file")
-    local rc=0 setup_out=""
+    local rc=0 setup_out="" services since
+    since="$(date +%s)"
     cmd_build  # a no-op when both images match their inputs
     (cd "$ROOT" && "${pc[@]}" down -v -t 2 >/dev/null 2>&1) || true
-    if (cd "$ROOT" && "${pc[@]}" config --services 2>/dev/null) | grep -qx setup; then
-        # its output (what it left in the volumes) is shown only if the broker then fails
-        setup_out="$(cd "$ROOT" && denoise "${pc[@]}" run --rm -T setup 2>&1)" \
-            || die "compose run setup failed: $setup_out"
+    # The list is read whole, then searched. `config --services | grep -q setup` under pipefail skipped the
+    # setup service now and then: podman-compose writes one name per write when PYTHONUNBUFFERED is set,
+    # grep -q exits at "setup", the next write fails (BrokenPipeError, exit 1), and the pipeline's status
+    # said "no setup service"; the broker then started on empty volumes.
+    services="$(cd "$ROOT" && "${pc[@]}" config --services)" \
+        || die "podman-compose config --services failed on $file"
+    if [[ $'\n'"$services"$'\n' == *$'\n'setup$'\n'* ]]; then
+        compose_run_setup "$project" "$since" "${pc[@]}"
     fi
     (cd "$ROOT" && denoise "${pc[@]}" up -d --no-build --no-deps minibroker >/dev/null) \
         || die "compose up minibroker failed"
     local cid
     cid="$(podman ps -q --filter "label=io.podman.compose.project=$project" \
-        --filter "label=com.docker.compose.service=minibroker" | head -1)"
+        --filter "label=com.docker.compose.service=minibroker")"
+    cid="${cid%%$'\n'*}"  # the first (only) one: `| head -1` could break podman's pipe, as above
     if [ -z "$cid" ]; then  # it exited at once: say how, with its log, instead of only that it is gone
-        log "no running minibroker container in project $project; its containers:"
-        podman ps -a --filter "label=io.podman.compose.project=$project" \
-            --format '{{.ID}} {{.Names}} {{.Status}}' >&2 || true
+        log "no running minibroker container in project $project"
         cid="$(podman ps -aq --filter "label=io.podman.compose.project=$project" \
-            --filter "label=com.docker.compose.service=minibroker" | head -1)"
+            --filter "label=com.docker.compose.service=minibroker")"
+        cid="${cid%%$'\n'*}"
         if [ -n "$cid" ]; then
             podman inspect -f 'exit code {{.State.ExitCode}}, error {{.State.Error}}' "$cid" >&2 || true
             podman logs --tail 60 "$cid" >&2 || true
         fi
         [ -z "$setup_out" ] || log "the setup service had printed: $setup_out"
-        podman volume ls --filter "label=io.podman.compose.project=$project" \
-            --format '{{.Name}} {{.Mountpoint}}' >&2 || true
+        show_project_state "$project" "$since"
         (cd "$ROOT" && "${pc[@]}" down -v -t 5 >/dev/null 2>&1) || true
         die "no minibroker container running in project $project"
     fi
-    cmd_wait_healthy "$cid" 60 || rc=$?
+    # in a subshell: its `die` must not skip the `down -v` below (a broker that died after the check above
+    # left its container, pod and volumes behind)
+    (cmd_wait_healthy "$cid" 60) || rc=$?
     [ $rc = 0 ] || [ -z "$setup_out" ] || log "the setup service had printed: $setup_out"
     if [ $rc = 0 ]; then
         (cd "$ROOT" && denoise "${pc[@]}" run --rm --no-deps -T app) || rc=$?
     fi
     (cd "$ROOT" && "${pc[@]}" down -v -t 5 >/dev/null 2>&1) || true  # -v: the file's named volumes too
     return $rc
+}
+
+# Run the compose file's one-shot `setup` service and make sure it ran: its container, named here and
+# removed afterwards (not `run --rm`, so that its state can be read), must have exited 0 (the SASL_SSL
+# example's command runs under `sh -e`: 0 means it ran to its end). Sets setup_out (its output). Dies, with
+# the project's state, otherwise.
+compose_run_setup() {  # PROJECT SINCE PODMAN-COMPOSE...
+    local project="$1" since="$2"
+    shift 2
+    local name="${project}_setup_once" run_rc=0 state
+    setup_out="$(cd "$ROOT" && denoise "$@" run --name "$name" -T setup 2>&1)" || run_rc=$?
+    state="$(podman inspect -f '{{.State.Status}} {{.State.ExitCode}}' "$name" 2>/dev/null)" \
+        || state="none was made"
+    if [ "$run_rc" = 0 ] && [ "$state" = "exited 0" ]; then
+        podman rm -v "$name" >/dev/null 2>&1 || true
+        return 0
+    fi
+    log "the setup service did not complete: podman-compose run exited $run_rc, its container: $state"
+    log "it printed: ${setup_out:-nothing}"
+    show_project_state "$project" "$since"
+    podman rm -f -v "$name" >/dev/null 2>&1 || true
+    (cd "$ROOT" && "$@" down -v -t 5 >/dev/null 2>&1) || true
+    die "setup service failed"
 }
 
 # -- main --------------------------------------------------------------------------------------------

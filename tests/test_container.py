@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import time
 import uuid
@@ -250,6 +252,44 @@ def test_compose_sasl_ssl_example_app_succeeds(podman_env, capsys):
                env=podman_env, timeout=300)
     FIGURES["compose_sasl_ssl_example_s"] = time.monotonic() - t0
     report(capsys)
+    assert r.returncode == 0, (f"SASL_SSL compose example failed ({r.returncode}):\n"
+                               f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    assert "over SASL_SSL" in r.stdout and "consumed all 100 messages" in r.stdout
+
+
+# podman-compose, except that `config --services` hands its names over one write at a time, a moment apart:
+# what podman-compose does with PYTHONUNBUFFERED=1 (one print, one write), the pause making the race sure
+LINE_BY_LINE_PODMAN_COMPOSE = """\
+#!/bin/sh
+case " $* " in
+    *" config --services "*)
+        {real} "$@" | while IFS= read -r name; do printf '%s\\n' "$name"; sleep 0.3; done ;;
+    *) exec {real} "$@" ;;
+esac
+"""
+
+
+def test_compose_sasl_ssl_example_setup_runs_when_services_come_line_by_line(podman_env, tmp_path):
+    """The setup service runs however podman-compose writes the service list. container.sh used to pipe
+    `config --services` into `grep -q` under pipefail: grep quit at "setup", podman-compose's next write
+    met the closed pipe (BrokenPipeError, exit 1), the pipeline failed, setup was skipped and the broker
+    exited at once without /certs/broker.pem (about 1 full run in 13 here, whose shells set
+    PYTHONUNBUFFERED=1; docs/testing.md)."""
+    real = shutil.which("podman-compose", path=podman_env.get("PATH"))
+    assert real, "podman-compose not on PATH"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "podman-compose"
+    shim.write_text(LINE_BY_LINE_PODMAN_COMPOSE.format(real=shlex.quote(real)))
+    shim.chmod(0o755)
+    env = dict(podman_env, PATH=f"{bin_dir}{os.pathsep}{podman_env.get('PATH', '')}")
+    project = f"minibroker-test-sasl-lines-{os.getpid()}"
+    compose_file = str(ROOT / "examples" / "compose-sasl-ssl" / "compose.yaml")
+    try:
+        r = script("compose-example", project, compose_file, env=env, timeout=300)
+    finally:  # whatever the script left, should it stop early
+        script("compose", "-p", project, "-f", compose_file, "down", "-v", "-t", "2", env=podman_env,
+               timeout=120)
     assert r.returncode == 0, (f"SASL_SSL compose example failed ({r.returncode}):\n"
                                f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     assert "over SASL_SSL" in r.stdout and "consumed all 100 messages" in r.stdout

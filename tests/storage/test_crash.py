@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import v2_batch
+from storage_helpers import v2_batch
 
 from minibroker.records.framing import scan_entries
 from minibroker.storage import LogManager
@@ -19,7 +19,7 @@ BROKER_CONFIG = {"log.segment.bytes": 20000, "log.index.interval.bytes": 512}
 CHILD = textwrap.dedent("""
     import struct, sys
     sys.path[:0] = [{tests!r}, {root!r}]
-    from conftest import v2_batch
+    from storage_helpers import v2_batch
     from minibroker.storage import LogManager
     manager = LogManager([{data!r}], {config!r}, node_id=1)
     manager.load()

@@ -11,7 +11,7 @@ import time
 import warnings
 
 import pytest
-from conftest import linux_only, open_descriptors
+from storage_helpers import linux_only, open_descriptors
 
 from minibroker.testing import BrokerRunner
 

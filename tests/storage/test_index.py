@@ -10,8 +10,8 @@ import os
 import sys
 
 import pytest
-from conftest import linux_only
-from conftest import open_descriptors as descriptors_under
+from storage_helpers import linux_only
+from storage_helpers import open_descriptors as descriptors_under
 
 from minibroker.storage import index as index_module
 from minibroker.storage.index import CorruptIndexError, OffsetIndex, TimeIndex

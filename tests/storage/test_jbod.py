@@ -12,7 +12,7 @@ import os
 import sys
 
 import pytest
-from conftest import append_v2, open_descriptors
+from storage_helpers import append_v2, open_descriptors
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records.framing import scan_entries

@@ -8,9 +8,9 @@ import os
 import struct
 
 import pytest
-from conftest import append, config, v2_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from storage_helpers import append, config, v2_batch
 
 from minibroker.records.framing import scan_entries
 from minibroker.storage import PartitionLog

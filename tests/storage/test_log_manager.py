@@ -8,9 +8,9 @@ import os
 import re
 
 import pytest
-from conftest import append_v2
 from hypothesis import given
 from hypothesis import strategies as st
+from storage_helpers import append_v2
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import TOPICS_FILE, LogManager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import append, append_v2, client_batch, config, v2_batch
+from storage_helpers import append, append_v2, client_batch, config, v2_batch
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records.framing import scan_entries

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import tempfile
 
-from conftest import append_v2, config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from storage_helpers import append_v2, config
 
 from minibroker.records.framing import scan_entries
 from minibroker.storage import PartitionLog

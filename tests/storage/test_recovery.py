@@ -6,7 +6,7 @@ import logging
 import os
 
 import pytest
-from conftest import append_v2, config, linux_only, open_descriptors
+from storage_helpers import append_v2, config, linux_only, open_descriptors
 
 from minibroker.records.framing import scan_entries
 from minibroker.storage import LogManager, PartitionLog
@@ -38,7 +38,7 @@ def test_torn_tail_is_truncated_and_logged(tmp_path, topic_id, caplog):
     path = str(tmp_path / "t-0")
     build(path, topic_id)  # crash: never closed
     active = sorted(f for f in os.listdir(path) if f.endswith(".log"))[-1]
-    from conftest import v2_batch
+    from storage_helpers import v2_batch
     half = v2_batch(120, [5, 6, 7], 50)
     with open(os.path.join(path, active), "ab") as f:
         f.write(half[: len(half) // 2])

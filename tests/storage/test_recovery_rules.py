@@ -15,7 +15,7 @@ import logging
 import os
 
 import pytest
-from conftest import append_v2
+from storage_helpers import append_v2
 
 from minibroker.records.framing import scan_entries
 from minibroker.storage import LogManager

@@ -6,7 +6,7 @@ import asyncio
 import os
 
 import pytest
-from conftest import append_v2, config
+from storage_helpers import append_v2, config
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.storage import LogManager, PartitionLog

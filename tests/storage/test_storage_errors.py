@@ -8,7 +8,7 @@ import errno
 import os
 
 import pytest
-from conftest import append_v2
+from storage_helpers import append_v2
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records.framing import scan_entries

@@ -8,7 +8,7 @@ import os
 import struct
 
 import pytest
-from conftest import linux_only, open_descriptors
+from storage_helpers import linux_only, open_descriptors
 
 from minibroker.errors import ErrorCode, KafkaError
 from minibroker.records import build_records
