@@ -822,9 +822,9 @@ def bench_startup(opts) -> dict:
     from minibroker.tools.certs import generate_test_certs
 
     certs = generate_test_certs(certs_dir)
-    # Fifteen starts unless --quick: at five, the same code measured 1.07x to 1.69x the floor in one
-    # morning (docs/benchmarks.md, "Start-up and idle RSS on the merged code").
-    for rep in range(max(5 if opts.quick else 15, opts.reps)):
+    # 45 starts unless --quick: the same code measured 1.07x to 1.69x the floor at five starts a run,
+    # 1.07x to 1.36x at twenty, 1.11x to 1.16x at 45 (docs/benchmarks.md, "Start-up, 2026-11-29 afternoon").
+    for rep in range(max(5 if opts.quick else 45, opts.reps)):
         with BrokerProcess(loop=opts.loop) as b:
             starts.append(b.startup_s * 1000)
             time.sleep(0.3)
