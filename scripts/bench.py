@@ -823,7 +823,8 @@ def bench_startup(opts) -> dict:
 
     certs = generate_test_certs(certs_dir)
     # 45 starts unless --quick: the same code measured 1.07x to 1.69x the floor at five starts a run,
-    # 1.07x to 1.36x at twenty, 1.11x to 1.16x at 45 (docs/benchmarks.md, "Start-up, 2026-11-29 afternoon").
+    # 1.07x to 1.36x at twenty, 1.11x to 1.16x at 45 (docs/benchmarks.md, "... Start-up: the
+    # collector paused, and how many starts a figure needs").
     for rep in range(max(5 if opts.quick else 45, opts.reps)):
         with BrokerProcess(loop=opts.loop) as b:
             starts.append(b.startup_s * 1000)
