@@ -166,8 +166,16 @@ async def run_broker(config) -> None:
 def cmd_serve(args) -> int:
     # Imports and the config table make objects that live as long as the process, and no garbage:
     # the collector's 25-30 young-generation passes over them took 5-9 ms of the start (docs/
-    # operations.md). run_broker freezes what the start made and turns the collector back on.
+    # operations.md). run_broker freezes what the start made and turns the collector back on; a start
+    # that fails turns it back on here.
     gc.disable()
+    try:
+        return _serve(args)
+    finally:
+        gc.enable()
+
+
+def _serve(args) -> int:
     from minibroker.config import ConfigError, load_config
 
     setup_logging(args.log_level, args.log_format)

@@ -9,8 +9,10 @@ connections) is measured in scripts/bench.py, not asserted here.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -391,6 +393,29 @@ def test_serve_starts_with_the_collector_paused_then_freezes_what_the_start_made
     out = subprocess.run([sys.executable, "-c", SERVE_GC_CHILD, str(tmp_path / "data")], capture_output=True,
                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
     assert out.stdout.split() == ["0", "0", "True", "True"], (out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize("failure", ["configuration", "port in use"])
+def test_serve_turns_the_collector_back_on_when_its_start_fails(tmp_path, failure, capsys):
+    """``minibroker serve`` run in-process (an embedding, or a test) whose start fails leaves its host's
+    collector as it found it."""
+    from minibroker import cli
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1] if failure == "port in use" else 0
+    argv = ["serve", "--log-level", "WARNING", "--override", f"log.dirs={tmp_path / 'data'}",
+            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}"]
+    if failure == "configuration":
+        argv += ["--override", "num.partitions=many"]
+    try:
+        assert cli.main(argv) == (2 if failure == "configuration" else 1)
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        taken.close()
+    assert "minibroker:" in capsys.readouterr().err
 
 
 def test_start_up_looks_for_the_client_quotas_file_by_its_real_name():
