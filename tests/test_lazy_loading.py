@@ -9,7 +9,6 @@ connections) is measured in scripts/bench.py, not asserted here.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import socket
@@ -396,11 +395,9 @@ def test_serve_starts_with_the_collector_paused_then_freezes_what_the_start_made
 
 
 @pytest.mark.parametrize("failure", ["configuration", "port in use"])
-def test_serve_turns_the_collector_back_on_when_its_start_fails(tmp_path, failure, capsys):
-    """``minibroker serve`` run in-process (an embedding, or a test) whose start fails leaves its host's
-    collector as it found it."""
-    from minibroker import cli
-
+def test_serve_turns_the_collector_back_on_when_its_start_fails(tmp_path, failure):
+    """``minibroker serve`` run in-process (an embedding) whose start fails leaves its host's collector
+    on. In a child process: serve's logging setup would outlive the test in this one."""
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
@@ -409,13 +406,15 @@ def test_serve_turns_the_collector_back_on_when_its_start_fails(tmp_path, failur
             "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}"]
     if failure == "configuration":
         argv += ["--override", "num.partitions=many"]
+    code = ("import gc, sys; from minibroker import cli; code = cli.main(sys.argv[1:]); "
+            "print(code, gc.isenabled())")
     try:
-        assert cli.main(argv) == (2 if failure == "configuration" else 1)
-        assert gc.isenabled()
+        out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
     finally:
-        gc.enable()
         taken.close()
-    assert "minibroker:" in capsys.readouterr().err
+    assert out.stdout.split() == ["2" if failure == "configuration" else "1", "True"], out.stderr
+    assert "minibroker:" in out.stderr
 
 
 def test_start_up_looks_for_the_client_quotas_file_by_its_real_name():
