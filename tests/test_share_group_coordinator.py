@@ -54,6 +54,14 @@ def topic_id(runner, name: str) -> bytes:
     return bytes(runner.broker.logs.topics[name].id)
 
 
+def set_group_configs(wire, group: str, configs: dict[str, str]) -> None:
+    """IncrementalAlterConfigs (44) SET on the GROUP resource (type 32)."""
+    r = wire.request(44, 1, Struct(resources=[Struct(resource_type=32, resource_name=group, configs=[
+        Struct(name=name, config_operation=0, value=value) for name, value in configs.items()])],
+        validate_only=False))
+    assert r.responses[0].error_code == 0, r.responses[0].error_message
+
+
 def poll(condition, timeout=15.0):
     deadline = time.monotonic() + timeout
     while True:
@@ -309,11 +317,8 @@ def test_group_config_session_timeout_applies(minibroker_factory):
                                  "group.share.min.heartbeat.interval.ms": "50"})
     runner.create_topic("sg-gconf", 1)
     with WireClient(runner.host, runner.port) as wire:
-        r = wire.request(44, 1, Struct(resources=[Struct(resource_type=32, resource_name="g-gconf", configs=[
-            Struct(name="share.session.timeout.ms", config_operation=0, value="300"),
-            Struct(name="share.heartbeat.interval.ms", config_operation=0, value="100")])],
-            validate_only=False))
-        assert r.responses[0].error_code == 0, r.responses[0].error_message
+        set_group_configs(wire, "g-gconf", {"share.session.timeout.ms": "300",
+                                            "share.heartbeat.interval.ms": "100"})
         r = hb(wire, "g-gconf", "m", 0, ["sg-gconf"])
         assert r.heartbeat_interval_ms == 100
         assert poll(lambda: describe(wire, "g-gconf").members == [])
@@ -377,10 +382,7 @@ def test_confluent_share_consumer_joins_the_group(broker):
     confluent_kafka = pytest.importorskip("confluent_kafka")
     broker.create_topic("sg-client", 2)
     with WireClient(broker.host, broker.port) as wire:  # the record produced below, whenever it lands
-        reset = Struct(name="share.auto.offset.reset", config_operation=0, value="earliest")
-        r = wire.request(44, 1, Struct(resources=[Struct(resource_type=32, resource_name="g-client",
-                                                         configs=[reset])], validate_only=False))
-        assert r.responses[0].error_code == 0, r.responses[0].error_message
+        set_group_configs(wire, "g-client", {"share.auto.offset.reset": "earliest"})
     consumer = confluent_kafka.ShareConsumer({"bootstrap.servers": broker.bootstrap_servers,
                                               "group.id": "g-client", "client.id": "share-client"})
     try:
